@@ -1,0 +1,209 @@
+"""A lean torch implementation of the Qwen2/Llama decoder family.
+
+RMSNorm, rotary embeddings (NeoX layout, as Hugging Face's Qwen2/Llama), grouped-query attention
+with optional q/k/v bias, SwiGLU MLP, tied or untied output head.
+
+``Decoder.forward(tokens, positions, attn_mask)`` scores ``n`` new tokens against the cache and
+returns logits for every one of them (``[n, vocab]``, float32). The new tokens may carry arbitrary
+positions and an arbitrary ``[n, n]`` mask among themselves (token trees); every cached position is
+visible to all of them. Their keys and values are written at cache slots ``length .. length+n-1``.
+
+Numerics: the residual stream, norms, rotary embeddings and attention run in float32. Linear layers
+run in ``compute_dtype``: float32 (matches transformers), or bfloat16 (half the bytes per step). With
+bfloat16 the oneDNN matmul gives each row the same result whatever the number of rows in the
+forward: a position's logits do not depend on how many tokens were verified with it, which is what
+makes greedy speculative output equal greedy target-only output. MKL's float32 GEMM does not have
+that property (tested in ``tests/test_decoder.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import torch
+import torch.nn.functional as F
+
+from specd.models.config import ModelConfig
+from specd.models.kv_cache import KVCache
+
+
+class Decoder:
+    """Weights (a flat dict with Hugging Face names) plus one KV cache."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        weights: Mapping[str, torch.Tensor],
+        compute_dtype: torch.dtype = torch.bfloat16,
+        max_len: int = 4096,
+        device: str = "cpu",
+    ) -> None:
+        self.config = config
+        self.compute_dtype = compute_dtype
+        self.device = torch.device(device)
+        c = config
+
+        def w(name: str, dtype: torch.dtype = compute_dtype) -> torch.Tensor:
+            if name not in weights:
+                raise KeyError(f"missing weight {name!r}")
+            t = weights[name]
+            return t if t.dtype == dtype and t.device == self.device else t.to(self.device, dtype)
+
+        self.embed = w("model.embed_tokens.weight")  # [V, H]
+        if c.tie_word_embeddings or "lm_head.weight" not in weights:
+            self.lm_head = self.embed
+        else:
+            self.lm_head = w("lm_head.weight")  # [V, H]
+        self.norm = w("model.norm.weight", torch.float32)
+        self.layers = []
+        for i in range(c.num_layers):
+            p = f"model.layers.{i}."
+            q, k, v = (w(p + f"self_attn.{n}_proj.weight") for n in "qkv")
+            layer = {
+                "in_norm": w(p + "input_layernorm.weight", torch.float32),
+                "post_norm": w(p + "post_attention_layernorm.weight", torch.float32),
+                "qkv": torch.cat([q, k, v]).contiguous(),  # [(nh + 2 nkv) hd, H]
+                "o": w(p + "self_attn.o_proj.weight"),
+                "gate_up": torch.cat(
+                    [w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]
+                ).contiguous(),  # [2 I, H]
+                "down": w(p + "mlp.down_proj.weight"),
+                "qkv_bias": None,
+            }
+            if c.qkv_bias:
+                layer["qkv_bias"] = torch.cat(
+                    [w(p + f"self_attn.{n}_proj.bias", torch.float32) for n in "qkv"]
+                )
+            self.layers.append(layer)
+        inv_freq = 1.0 / (
+            c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float64) / c.head_dim)
+        )
+        self.inv_freq = inv_freq.to(self.device)  # [hd/2], float64 for exact angles
+        self.cache = KVCache(
+            c.num_layers, c.num_kv_heads, c.head_dim, max_len, torch.float32, self.device
+        )
+
+    # -- properties the engine relies on ------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return self.config.vocab_size
+
+    @property
+    def max_len(self) -> int:
+        return self.cache.capacity
+
+    def weight_bytes(self) -> int:
+        seen: set[int] = set()
+        total = 0
+        tensors = [self.embed, self.lm_head, self.norm]
+        for layer in self.layers:
+            tensors += [t for t in layer.values() if t is not None]
+        for t in tensors:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.nbytes
+        return total
+
+    # -- the forward ----------------------------------------------------------------------------
+    def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.to(self.compute_dtype), w).float()
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = positions.to(self.device, torch.float64)[:, None] * self.inv_freq[None, :]
+        angles = torch.cat([angles, angles], dim=-1)  # [n, hd]
+        return angles.cos().float(), angles.sin().float()
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        # x: [n, heads, hd]; cos/sin: [n, 1, hd]
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
+
+    def _rms(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        var = x.pow(2).mean(-1, keepdim=True)
+        return x * torch.rsqrt(var + self.config.rms_norm_eps) * weight
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Score ``tokens`` (``[n]``) appended to the cache; returns logits ``[n, V]`` (float32).
+
+        ``positions`` (``[n]``) default to ``length .. length+n-1``. ``attn_mask`` (``[n, n]`` bool,
+        True = may attend) defaults to causal among the new tokens.
+        """
+        c = self.config
+        cache = self.cache
+        tokens = tokens.reshape(-1).to(self.device)
+        n = int(tokens.numel())
+        start = cache.length
+        end = start + n
+        if n == 0:
+            raise ValueError("forward needs at least one token")
+        if end > cache.capacity:
+            raise ValueError(
+                f"context full: {end} tokens exceed this model's cache of {cache.capacity}"
+            )
+        if positions is None:
+            positions = torch.arange(start, end, device=self.device)
+        if attn_mask is None:
+            attn_mask = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+        # [n, end]: every cached position visible, then the mask among the new tokens
+        full_mask = torch.cat(
+            [torch.ones(n, start, dtype=torch.bool, device=self.device), attn_mask.to(self.device)], dim=1
+        )
+        bias = torch.zeros(n, end, device=self.device).masked_fill_(~full_mask, float("-inf"))
+
+        nh, nkv, hd = c.num_heads, c.num_kv_heads, c.head_dim
+        group = nh // nkv
+        cos, sin = self._rope(positions)
+        cos, sin = cos[:, None, :], sin[:, None, :]
+        scale = hd**-0.5
+
+        x = self.embed[tokens].float()  # [n, H]
+        for li, layer in enumerate(self.layers):
+            h = self._rms(x, layer["in_norm"])
+            qkv = self._linear(h, layer["qkv"])  # [n, (nh + 2 nkv) hd]
+            if layer["qkv_bias"] is not None:
+                qkv = qkv + layer["qkv_bias"]
+            q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+            q = self._rotate(q.view(n, nh, hd), cos, sin)
+            k = self._rotate(k.view(n, nkv, hd), cos, sin)
+            cache.k[li, :, start:end] = k.transpose(0, 1)
+            cache.v[li, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
+            keys = cache.k[li, :, :end]  # [nkv, end, hd]
+            values = cache.v[li, :, :end]
+            # queries grouped by their kv head: [nkv, group * n, hd]; row r = (g, i)
+            qg = q.view(n, nkv, group, hd).permute(1, 2, 0, 3).reshape(nkv, group * n, hd)
+            scores = (qg @ keys.transpose(1, 2)) * scale  # [nkv, group * n, end]
+            scores = scores.view(nkv, group, n, end) + bias
+            probs = torch.softmax(scores, dim=-1).view(nkv, group * n, end)
+            attn = probs @ values  # [nkv, group * n, hd]
+            attn = attn.view(nkv, group, n, hd).permute(2, 0, 1, 3).reshape(n, nh * hd)
+            x = x + self._linear(attn, layer["o"])
+            h = self._rms(x, layer["post_norm"])
+            gate, up = self._linear(h, layer["gate_up"]).chunk(2, dim=-1)
+            x = x + self._linear(F.silu(gate) * up, layer["down"])
+        x = self._rms(x, self.norm)
+        logits = self._linear(x, self.lm_head)  # [n, V]
+        cache.tokens[start:end] = tokens.cpu()
+        cache.length = end
+        return logits
+
+    # -- cache control --------------------------------------------------------------------------
+    @property
+    def cache_len(self) -> int:
+        return self.cache.length
+
+    def rollback(self, length: int) -> None:
+        self.cache.rollback(length)
+
+    def reset(self) -> None:
+        self.cache.rollback(0)
+
+    def common_prefix(self, tokens: torch.Tensor) -> int:
+        return self.cache.common_prefix(tokens)

@@ -1,0 +1,61 @@
+"""A preallocated KV cache: appending writes at ``length``; rollback moves ``length`` back (O(1))."""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Keys and values for every layer, plus the token ids they were computed from.
+
+    Shapes: ``k``/``v`` ``[layers, kv_heads, capacity, head_dim]``; ``tokens`` ``[capacity]``.
+    Only positions ``< length`` are valid. The token ids let a caller find the longest prefix a new
+    prompt shares with what is cached (KV reuse across requests).
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        shape = (num_layers, num_kv_heads, capacity, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.tokens = torch.full((capacity,), -1, dtype=torch.long)
+        self.capacity = capacity
+        self.length = 0
+
+    def rollback(self, length: int) -> None:
+        """Forget every position at and after ``length``."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot roll back to {length}: cache holds {self.length} positions")
+        self.length = length
+
+    def keep(self, start: int, indices: torch.Tensor) -> None:
+        """Compact: keep positions ``start + indices`` (ascending) as ``start, start+1, ...``.
+
+        Used after tree verification, where the accepted path is scattered among the branches.
+        """
+        n = int(indices.numel())
+        src = indices.to(torch.long) + start
+        self.k[:, :, start : start + n] = self.k[:, :, src]
+        self.v[:, :, start : start + n] = self.v[:, :, src]
+        self.tokens[start : start + n] = self.tokens[src.cpu()]
+        self.length = start + n
+
+    def common_prefix(self, tokens: torch.Tensor) -> int:
+        """Number of leading ``tokens`` already cached."""
+        n = min(self.length, int(tokens.numel()))
+        if n == 0:
+            return 0
+        same = self.tokens[:n] == tokens[:n].cpu()
+        if bool(same.all()):
+            return n
+        return int(torch.argmin(same.to(torch.int8)).item())
+
+    def nbytes(self) -> int:
+        return self.k.nbytes + self.v.nbytes

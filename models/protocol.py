@@ -1,0 +1,36 @@
+"""What the engine needs from a model runtime (the torch ``Decoder`` today, ONNX Runtime later)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+
+
+class CausalLM(Protocol):
+    """A decoder with its own KV cache.
+
+    ``forward`` appends ``tokens`` (``[n]``) to the cache and returns float32 logits ``[n, V]``;
+    ``rollback(length)`` forgets every position at and after ``length`` in O(1);
+    ``common_prefix(tokens)`` counts the leading ``tokens`` already cached.
+    """
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def max_len(self) -> int: ...
+
+    @property
+    def cache_len(self) -> int: ...
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor: ...
+
+    def rollback(self, length: int) -> None: ...
+
+    def common_prefix(self, tokens: torch.Tensor) -> int: ...

@@ -1,0 +1,56 @@
+"""Toy language models for statistical tests: logits are a table lookup by (position, token).
+
+They follow the runtime's cache protocol exactly (append, rollback, common prefix), so an
+off-by-one between logit rows, drafted tokens, positions or cache rollback changes the output
+distribution, and the chi-square test sees it. They cost microseconds per call.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class TableLM:
+    def __init__(self, table: torch.Tensor) -> None:
+        self.table = table  # [max_len, V, V]: logits of the next token given (position, token)
+        self.tokens: list[int] = []
+
+    @property
+    def vocab_size(self) -> int:
+        return self.table.shape[-1]
+
+    @property
+    def max_len(self) -> int:
+        return self.table.shape[0]
+
+    @property
+    def cache_len(self) -> int:
+        return len(self.tokens)
+
+    def forward(self, tokens, positions=None, attn_mask=None) -> torch.Tensor:
+        start = len(self.tokens)
+        ids = tokens.tolist()
+        if start + len(ids) > self.max_len:
+            raise ValueError("context full")
+        self.tokens += ids
+        return self.table[torch.arange(start, start + len(ids)), tokens]
+
+    def rollback(self, length: int) -> None:
+        assert 0 <= length <= len(self.tokens)
+        del self.tokens[length:]
+
+    def common_prefix(self, tokens: torch.Tensor) -> int:
+        n = 0
+        for a, b in zip(self.tokens, tokens.tolist()):
+            if a != b:
+                break
+            n += 1
+        return n
+
+    def next_probs(self, position: int, token: int) -> torch.Tensor:
+        return torch.softmax(self.table[position, token].double(), -1)
+
+
+def table(max_len: int, vocab: int, seed: int, scale: float = 1.5) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(max_len, vocab, vocab, generator=g) * scale
