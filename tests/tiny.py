@@ -53,3 +53,45 @@ def tiny_decoder(seed: int = 0, dtype: torch.dtype = torch.float32, max_len: int
                  **config_kw) -> Decoder:
     c = tiny_config(**config_kw)
     return Decoder(c, tiny_weights(c, seed), compute_dtype=dtype, max_len=max_len)
+
+
+SPECIALS = ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+            "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>"]
+
+
+def tiny_tokenizer(extra: int = 0):
+    """A byte-level tokenizer without merges: 256 byte tokens, then Qwen's special tokens
+    (ids 256..264), then ``extra`` unused tokens. Any text round-trips."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models as tmodels, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from specd.models.tokenizer import Tokenizer
+
+    alphabet = ByteLevel.alphabet()
+    vocab = {ch: i for i, ch in enumerate(sorted(alphabet))}
+    tok = HFTokenizer(tmodels.BPE(vocab=vocab, merges=[]))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS + [f"<|extra_{i}|>" for i in range(extra)])
+    return Tokenizer(tok)
+
+
+TINY_VOCAB = 256 + len(SPECIALS)
+
+
+def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, **config_kw):
+    """An Engine over tiny random bf16 decoders that share the byte-level tokenizer."""
+    from specd.engine.engine import Engine, EngineConfig
+
+    target = tiny_decoder(seed=target_seed, dtype=torch.bfloat16, vocab=TINY_VOCAB, hidden=64,
+                          max_len=512)
+    draft = None
+    if draft_seed is not None:
+        draft = tiny_decoder(seed=draft_seed, dtype=torch.bfloat16, vocab=TINY_VOCAB, hidden=64,
+                             max_len=512)
+    for model in (target, draft):
+        if model is not None:  # random heads emit special (stop) tokens often; keep texts long
+            model.lm_head[256:TINY_VOCAB] *= 0.01
+    tok = tiny_tokenizer()
+    config_kw.setdefault("max_len", 512)
+    return Engine(target, tok, draft, tok, EngineConfig(k=k, **config_kw))

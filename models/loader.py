@@ -1,0 +1,111 @@
+"""Resolve a model name or path and load it: a published name, a GGUF file, a Hugging Face
+directory, or a hub id."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specd.models.config import ModelConfig
+from specd.models.decoder import Decoder
+from specd.models.errors import ModelError
+from specd.models.gguf_convert import convert_gguf
+from specd.models.pull import converted_dir, is_pulled
+from specd.models.registry import PUBLISHED, cache_root
+from specd.models.tokenizer import Tokenizer
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+@dataclass
+class LoadedModel:
+    name: str
+    path: Path  # the directory the weights were loaded from
+    config: ModelConfig
+    model: Decoder
+    tokenizer: Tokenizer
+
+
+def resolve(spec: str) -> Path:
+    """A directory holding ``config.json``, ``*.safetensors`` and ``tokenizer.json``."""
+    if spec in PUBLISHED:
+        m = PUBLISHED[spec]
+        if not is_pulled(m):
+            raise ModelError(f"model {spec!r} is not downloaded yet: run `specd models pull {spec}`")
+        return converted_dir(m)
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix != ".gguf":
+            raise ModelError(f"{path}: a model file must be .gguf (or pass a Hugging Face directory)")
+        return _converted_gguf(path)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ModelError(f"{path}: not a model directory (no config.json)")
+        return path
+    if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not spec.startswith((".", "/")):
+        return _from_hub(spec)
+    known = ", ".join(sorted(PUBLISHED))
+    raise ModelError(
+        f"unknown model {spec!r}: use one of {known}, a .gguf file, a Hugging Face directory or hub id"
+    )
+
+
+def _converted_gguf(path: Path) -> Path:
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    out = cache_root() / "converted" / f"{path.stem}-{key}"
+    if not (out / "model.safetensors").exists():
+        print(f"converting {path} once into {out}", file=sys.stderr)
+        convert_gguf(path, out)
+    return out
+
+
+def _from_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors"]))
+    except Exception as e:
+        raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {e}") from e
+
+
+def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    from safetensors import safe_open
+
+    files = sorted(directory.glob("*.safetensors"))
+    if not files:
+        raise ModelError(f"{directory}: no .safetensors weights")
+    weights: dict[str, torch.Tensor] = {}
+    for f in files:
+        try:
+            with safe_open(str(f), framework="pt") as sf:
+                for name in sf.keys():
+                    weights[name] = sf.get_tensor(name)
+        except Exception as e:
+            raise ModelError(f"{f}: corrupt or unreadable weights ({e}); pull or convert it again") from e
+    return weights
+
+
+def load_model(spec: str, *, dtype: str = "bf16", max_len: int = 4096) -> LoadedModel:
+    if dtype not in DTYPES:
+        raise ModelError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    directory = resolve(spec)
+    try:
+        config = ModelConfig.from_hf(json.loads((directory / "config.json").read_text()))
+    except (KeyError, ValueError) as e:
+        raise ModelError(f"{directory}/config.json: {e}") from e
+    tok_path = directory / "tokenizer.json"
+    if not tok_path.exists():
+        raise ModelError(f"{directory}: no tokenizer.json")
+    weights = _read_weights(directory)
+    try:
+        decoder = Decoder(config, weights, compute_dtype=DTYPES[dtype], max_len=max_len)
+    except KeyError as e:
+        raise ModelError(f"{directory}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
+    return LoadedModel(spec, directory, config, decoder, Tokenizer.from_file(tok_path))

