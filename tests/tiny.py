@@ -95,3 +95,22 @@ def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, **
     tok = tiny_tokenizer()
     config_kw.setdefault("max_len", 512)
     return Engine(target, tok, draft, tok, EngineConfig(k=k, **config_kw))
+
+
+def save_tiny_model(directory, seed: int = 0, hidden: int = 64, layers: int = 2):
+    """Write a tiny random model as a Hugging Face directory (config.json, model.safetensors,
+    tokenizer.json) that ``specd --target DIR`` loads like any other model; returns the path."""
+    import json
+    from pathlib import Path
+
+    from safetensors.torch import save_file
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    config = tiny_config(vocab=TINY_VOCAB, hidden=hidden, layers=layers)
+    weights = tiny_weights(config, seed)
+    weights["lm_head.weight"][256:TINY_VOCAB] *= 0.01  # rarely emit stop tokens: longer texts
+    save_file({k: v.contiguous() for k, v in weights.items()}, str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config.to_hf()))
+    tiny_tokenizer()._tok.save(str(directory / "tokenizer.json"))
+    return directory
