@@ -18,13 +18,17 @@ that property (tested in ``tests/test_decoder.py``).
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 
 from specd.models.config import ModelConfig
 from specd.models.kv_cache import KVCache
+from specd.models.quant import DenseLinear, Linear
+
+# Builds the linear layer for a (fused) weight: name, float weight [N, K] -> Linear.
+LinearFactory = Callable[[str, torch.Tensor], Linear]
 
 
 class Decoder:
@@ -37,11 +41,15 @@ class Decoder:
         compute_dtype: torch.dtype = torch.bfloat16,
         max_len: int = 4096,
         device: str = "cpu",
+        linear_factory: LinearFactory | None = None,
     ) -> None:
+        """``linear_factory`` turns each float weight into a layer (quantized ones, see
+        ``specd.models.quant``); by default a dense layer in ``compute_dtype``."""
         self.config = config
         self.compute_dtype = compute_dtype
         self.device = torch.device(device)
         c = config
+        make = linear_factory or (lambda name, weight: DenseLinear(weight.to(compute_dtype)))
 
         def w(name: str, dtype: torch.dtype = compute_dtype) -> torch.Tensor:
             if name not in weights:
@@ -50,10 +58,11 @@ class Decoder:
             return t if t.dtype == dtype and t.device == self.device else t.to(self.device, dtype)
 
         self.embed = w("model.embed_tokens.weight")  # [V, H]
-        if c.tie_word_embeddings or "lm_head.weight" not in weights:
-            self.lm_head = self.embed
+        head = "lm_head.weight" if not c.tie_word_embeddings and "lm_head.weight" in weights else "model.embed_tokens.weight"
+        if linear_factory is None and head == "model.embed_tokens.weight":
+            self.lm_head: Linear = DenseLinear(self.embed)  # tied: one tensor serves both
         else:
-            self.lm_head = w("lm_head.weight")  # [V, H]
+            self.lm_head = make("lm_head", w(head))  # [V, H]
         self.norm = w("model.norm.weight", torch.float32)
         self.layers = []
         for i in range(c.num_layers):
@@ -62,12 +71,12 @@ class Decoder:
             layer = {
                 "in_norm": w(p + "input_layernorm.weight", torch.float32),
                 "post_norm": w(p + "post_attention_layernorm.weight", torch.float32),
-                "qkv": torch.cat([q, k, v]).contiguous(),  # [(nh + 2 nkv) hd, H]
-                "o": w(p + "self_attn.o_proj.weight"),
-                "gate_up": torch.cat(
+                "qkv": make(p + "qkv", torch.cat([q, k, v])),  # [(nh + 2 nkv) hd, H]
+                "o": make(p + "o_proj", w(p + "self_attn.o_proj.weight")),
+                "gate_up": make(p + "gate_up", torch.cat(
                     [w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]
-                ).contiguous(),  # [2 I, H]
-                "down": w(p + "mlp.down_proj.weight"),
+                )),  # [2 I, H]
+                "down": make(p + "down_proj", w(p + "mlp.down_proj.weight")),
                 "qkv_bias": None,
             }
             if c.qkv_bias:
@@ -92,22 +101,18 @@ class Decoder:
     def max_len(self) -> int:
         return self.cache.capacity
 
-    def weight_bytes(self) -> int:
-        seen: set[int] = set()
-        total = 0
-        tensors = [self.embed, self.lm_head, self.norm]
-        for layer in self.layers:
-            tensors += [t for t in layer.values() if t is not None]
-        for t in tensors:
-            if t.data_ptr() not in seen:
-                seen.add(t.data_ptr())
-                total += t.nbytes
-        return total
+    def weight_bytes(self) -> dict[str, int]:
+        """Resident weight bytes by kind: embedding, head, linear layers, norms and biases."""
+        linears = sum(layer[n].nbytes() for layer in self.layers for n in ("qkv", "o", "gate_up", "down"))
+        small = self.norm.nbytes + sum(
+            t.nbytes for layer in self.layers for n in ("in_norm", "post_norm", "qkv_bias")
+            if (t := layer[n]) is not None
+        )
+        tied = isinstance(self.lm_head, DenseLinear) and self.lm_head.weight is self.embed
+        return {"embedding": self.embed.nbytes, "head": 0 if tied else self.lm_head.nbytes(),
+                "linear": linears, "norms_biases": small}
 
     # -- the forward ----------------------------------------------------------------------------
-    def _linear(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return F.linear(x.to(self.compute_dtype), w).float()
-
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         angles = positions.to(self.device, torch.float64)[:, None] * self.inv_freq[None, :]
         angles = torch.cat([angles, angles], dim=-1)  # [n, hd]
@@ -167,7 +172,7 @@ class Decoder:
         x = self.embed[tokens].float()  # [n, H]
         for li, layer in enumerate(self.layers):
             h = self._rms(x, layer["in_norm"])
-            qkv = self._linear(h, layer["qkv"])  # [n, (nh + 2 nkv) hd]
+            qkv = layer["qkv"](h)  # [n, (nh + 2 nkv) hd]
             if layer["qkv_bias"] is not None:
                 qkv = qkv + layer["qkv_bias"]
             q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
@@ -184,12 +189,12 @@ class Decoder:
             probs = torch.softmax(scores, dim=-1).view(nkv, group * n, end)
             attn = probs @ values  # [nkv, group * n, hd]
             attn = attn.view(nkv, group, n, hd).permute(2, 0, 1, 3).reshape(n, nh * hd)
-            x = x + self._linear(attn, layer["o"])
+            x = x + layer["o"](attn)
             h = self._rms(x, layer["post_norm"])
-            gate, up = self._linear(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = x + self._linear(F.silu(gate) * up, layer["down"])
+            gate, up = layer["gate_up"](h).chunk(2, dim=-1)
+            x = x + layer["down"](F.silu(gate) * up)
         x = self._rms(x, self.norm)
-        logits = self._linear(x, self.lm_head)  # [n, V]
+        logits = self.lm_head(x)  # [n, V]
         cache.tokens[start:end] = tokens.cpu()
         cache.length = end
         return logits

@@ -17,10 +17,10 @@ from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import convert_gguf
 from specd.models.pull import converted_dir, is_pulled
+from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
 from specd.models.tokenizer import Tokenizer
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
 
 @dataclass
@@ -92,9 +92,9 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def load_model(spec: str, *, dtype: str = "bf16", max_len: int = 4096) -> LoadedModel:
-    if dtype not in DTYPES:
-        raise ModelError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+def load_model(spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu") -> LoadedModel:
+    """Load ``spec`` with its linear layers in ``quant`` (see ``specd.models.quantize``)."""
+    check_mode(quant, device, spec)
     directory = resolve(spec)
     try:
         config = ModelConfig.from_hf(json.loads((directory / "config.json").read_text()))
@@ -104,8 +104,12 @@ def load_model(spec: str, *, dtype: str = "bf16", max_len: int = 4096) -> Loaded
     if not tok_path.exists():
         raise ModelError(f"{directory}: no tokenizer.json")
     weights = _read_weights(directory)
+    factory = linear_factory(directory, quant, spec, device)
     try:
-        decoder = Decoder(config, weights, compute_dtype=DTYPES[dtype], max_len=max_len)
+        decoder = Decoder(config, weights, compute_dtype=compute_dtype(quant), max_len=max_len,
+                          device=device, linear_factory=factory)
     except KeyError as e:
         raise ModelError(f"{directory}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
+    if factory is not None:
+        factory.save()  # quantized once, loaded from disk next time
     return LoadedModel(spec, directory, config, decoder, Tokenizer.from_file(tok_path))

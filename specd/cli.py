@@ -14,7 +14,11 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--config", type=Path, help="TOML config file (default: $XDG_CONFIG_HOME/specd/config.toml)")
     g.add_argument("--target", help="target model: a published name, .gguf file, HF directory or hub id")
     g.add_argument("--draft", help="draft model (same forms), or 'none' for target-only")
-    g.add_argument("--dtype", choices=["bf16", "fp32"], help="compute dtype of the linear layers")
+    g.add_argument("--target-quant", dest="target_quant", choices=["int8", "fp8", "int4", "bf16", "fp32"],
+                   help="target weights (default int8: batch-invariant fbgemm kernel on CPU)")
+    g.add_argument("--draft-quant", dest="draft_quant", choices=["int4", "int8", "bf16", "fp32"],
+                   help="draft weights (default int4)")
+    g.add_argument("--device", help="cpu (default) or cuda[:N]")
     g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
     g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
     g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)
@@ -26,7 +30,7 @@ def _engine_config(args: argparse.Namespace, k: int | None = None):
 
     table = load_toml(args.config).get("engine", {})
     overrides = {name: getattr(args, name, None) for name in
-                 ("target", "draft", "dtype", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
+                 ("target", "draft", "target_quant", "draft_quant", "device", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
     overrides["k"] = k
     return engine_config(table, overrides)
 

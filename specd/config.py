@@ -21,8 +21,8 @@ def default_config_path() -> Path:
     return Path(base) / "specd" / "config.toml"
 
 
-_ENGINE_KEYS = {"target": str, "draft": (str, type(None)), "dtype": str, "k": int, "max_len": int,
-                "threads": int}
+_ENGINE_KEYS = {"target": str, "draft": (str, type(None)), "target_quant": str, "draft_quant": str,
+                "device": str, "k": int, "max_len": int, "threads": int}
 _WINDOW_KEYS = {"max_prefix_tokens": int, "max_suffix_tokens": int}
 
 

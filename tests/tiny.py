@@ -91,7 +91,7 @@ def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, **
                              max_len=512)
     for model in (target, draft):
         if model is not None:  # random heads emit special (stop) tokens often; keep texts long
-            model.lm_head[256:TINY_VOCAB] *= 0.01
+            model.lm_head.weight[256:TINY_VOCAB] *= 0.01
     tok = tiny_tokenizer()
     config_kw.setdefault("max_len", 512)
     return Engine(target, tok, draft, tok, EngineConfig(k=k, **config_kw))

@@ -15,6 +15,7 @@ from typing import Callable
 
 import torch
 
+from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import ModelDrafter
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
@@ -45,7 +46,9 @@ class VocabularyMismatch(ValueError):
 class EngineConfig:
     target: str = "qwen2.5-coder-1.5b"
     draft: str | None = "qwen2.5-coder-0.5b"
-    dtype: str = "bf16"  # compute dtype of both models' linear layers
+    target_quant: str = "int8"  # int8 | fp8 | int4 | bf16 | fp32 (see specd.models.quantize)
+    draft_quant: str = "int4"  # int4 | int8 | bf16 | fp32
+    device: str = "cpu"
     k: int = 4  # draft tokens per round
     max_len: int = 4096  # KV cache capacity, tokens
     windows: PromptWindows = field(default_factory=PromptWindows)
@@ -95,6 +98,7 @@ class Completion:
     text: str
     tokens: list[int]
     stats: GenerationStats
+    lookahead: int = 0  # tokens proposed from the previous suggestion (see continuation.py)
 
 
 def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: CausalLM, draft_model: CausalLM) -> None:
@@ -132,6 +136,7 @@ class Engine:
         self.prompts = PromptBuilder(tokenizer, config.windows)
         self._drafter = ModelDrafter(draft) if draft is not None else None
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
+        self._continuation = ContinuationCache()
 
     @classmethod
     def load(cls, config: EngineConfig = EngineConfig()) -> "Engine":
@@ -139,8 +144,10 @@ class Engine:
 
         if config.threads > 0:
             torch.set_num_threads(config.threads)
-        target = load_model(config.target, dtype=config.dtype, max_len=config.max_len)
-        draft = load_model(config.draft, dtype=config.dtype, max_len=config.max_len) if config.draft else None
+        target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device)
+        draft = None
+        if config.draft:
+            draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len, device=config.device)
         return cls(
             target.model, target.tokenizer,
             draft.model if draft else None, draft.tokenizer if draft else None, config,
@@ -173,12 +180,50 @@ class Engine:
             return stream.update(tokens)
 
         with self._lock:
-            tokens, stats = generate(
-                self.target, prompt, max_new_tokens=request.max_tokens, params=params,
-                drafter=self._drafter if speculate else None, k=k,
-                stop_ids=self.prompts.stop_ids, generator=generator, on_round=on_round,
-            )
-        return Completion(stream.finish(tokens), tokens, stats)
+            drafter, loop_k = self._drafter if speculate else None, k
+            ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer)
+            if speculate and params.greedy and k > 0 and ahead:  # greedy only: sampling stays seeded
+                drafter = LookaheadDrafter(ahead, len(prompt), self._drafter, k)
+                loop_k = max(k, len(ahead))
+            try:
+                tokens, stats = generate(
+                    self.target, prompt, max_new_tokens=request.max_tokens, params=params,
+                    drafter=drafter, k=loop_k,
+                    stop_ids=self.prompts.stop_ids, generator=generator, on_round=on_round,
+                )
+            except Cancelled:
+                raise
+            except BaseException:  # a model failure: do not trust what the caches hold
+                self._reset_locked()
+                raise
+            text = stream.finish(tokens)
+            if params.greedy:
+                self._continuation.remember(request.prefix, request.suffix, text, tokens)
+        proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
+        return Completion(text, tokens, stats, proposed)
+
+    def reset(self) -> None:
+        """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""
+        with self._lock:
+            self._reset_locked()
+
+    def _reset_locked(self) -> None:
+        self._continuation.clear()
+        for model in (self.target, self.draft):
+            if model is not None:
+                model.rollback(0)
+
+    def memory(self) -> dict[str, int]:
+        """Resident bytes: model weights and KV caches (runtimes that cannot tell report 0)."""
+        out = {}
+        for role, model in (("target", self.target), ("draft", self.draft)):
+            if model is None:
+                continue
+            weights = getattr(model, "weight_bytes", None)
+            cache = getattr(model, "cache", None)
+            out[f"{role}_weight_bytes"] = int(weights()) if callable(weights) else 0
+            out[f"{role}_kv_cache_bytes"] = int(cache.nbytes()) if cache is not None else 0
+        return out
 
 
 class _TextStream:

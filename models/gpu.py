@@ -1,0 +1,77 @@
+"""CUDA paths: bitsandbytes NF4 (INT4 draft) and LLM.int8 (INT8 target), FP8 via ``_scaled_mm``.
+
+Chosen by device capability; a mode the device cannot run is refused with a message saying what
+to use instead. bitsandbytes also runs on the CPU (slowly): ``BnbLinear`` works on either device,
+which is how the tests exercise it without a GPU.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specd.models.errors import ModelError
+from specd.models.fp8 import FP8Linear, quantize_fp8
+
+
+def check_cuda_mode(mode: str, model: str) -> None:
+    if not torch.cuda.is_available():
+        raise ModelError(f"{model}: --device cuda was asked for, but torch sees no CUDA GPU; use --device cpu")
+    if mode == "fp8":
+        cap = torch.cuda.get_device_capability()
+        if cap < (8, 9):
+            raise ModelError(
+                f"{model}: fp8 needs compute capability 8.9+ (this GPU is {cap[0]}.{cap[1]}); use int8"
+            )
+    if mode in ("int8", "int4"):
+        try:
+            import bitsandbytes  # noqa: F401
+        except ImportError as e:
+            raise ModelError(f"{model}: {mode} on CUDA needs bitsandbytes: pip install 'specd[gpu]'") from e
+
+
+class BnbLinear:
+    """bitsandbytes NF4 (``bits=4``) or LLM.int8 (``bits=8``) weights."""
+
+    def __init__(self, weight: torch.Tensor, bits: int, device: str) -> None:
+        import bitsandbytes as bnb
+
+        self.out_features, self.in_features = weight.shape
+        self.bits = bits
+        w = weight.to(device=device, dtype=torch.bfloat16)
+        if bits == 4:
+            self.packed, self.state = bnb.functional.quantize_4bit(w, quant_type="nf4", blocksize=64)
+        elif bits == 8:
+            self.packed, self.state, _ = bnb.functional.int8_vectorwise_quant(w)
+        else:
+            raise ValueError(bits)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        import bitsandbytes as bnb
+
+        x = x.to(self.packed.device, torch.bfloat16)
+        if self.bits == 4:
+            return bnb.matmul_4bit(x, self.packed.t(), quant_state=self.state).float()
+        x_q, x_scale, _ = bnb.functional.int8_vectorwise_quant(x)
+        acc = bnb.functional.int8_linear_matmul(x_q, self.packed)  # [n, N] int32
+        return bnb.functional.int8_mm_dequant(acc, x_scale, self.state).float()
+
+    def nbytes(self) -> int:
+        return self.packed.nbytes
+
+
+class _CudaFactory:
+    def __init__(self, mode: str, device: str = "cuda") -> None:
+        self.mode, self.device = mode, device
+
+    def __call__(self, name: str, weight: torch.Tensor):
+        if self.mode == "fp8":
+            q, s = quantize_fp8(weight.to(self.device))
+            return FP8Linear(q, s)
+        return BnbLinear(weight, 4 if self.mode == "int4" else 8, self.device)
+
+    def save(self) -> None:
+        """Quantization on the GPU takes a moment; nothing is cached."""
+
+
+def cuda_linear_factory(mode: str, device: str = "cuda") -> _CudaFactory:
+    return _CudaFactory(mode, device)

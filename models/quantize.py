@@ -1,0 +1,140 @@
+"""Choosing, building and caching a model's quantized linear layers.
+
+Modes (``--target-quant`` / ``--draft-quant``):
+
+- ``bf16`` / ``fp32``: dense.
+- ``int8``: ``Int8RowLinear`` on CPU (fbgemm, per-row activation scales, batch-invariant);
+  bitsandbytes LLM.int8 on CUDA.
+- ``int4``: ``Int4Linear`` group-wise (group 64) on CPU; bitsandbytes NF4 on CUDA.
+- ``fp8``: e4m3 weights with per-channel scales; ``torch._scaled_mm`` on CUDA sm89+, dequantized
+  to bf16 on CPU (correct, slow).
+
+Quantized weights are computed once and stored next to the converted model
+(``quant-<mode>.safetensors``, mmap'd on load); the embedding stays bf16 (a lookup reads one row).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from specd.models.errors import ModelError
+from specd.models.quant import (
+    DenseLinear,
+    Int4Linear,
+    Int8RowLinear,
+    Linear,
+    quantize_int4_groupwise,
+    quantize_int8_per_channel,
+)
+
+TARGET_QUANTS = ("int8", "fp8", "int4", "bf16", "fp32")
+DRAFT_QUANTS = ("int4", "int8", "bf16", "fp32")
+INT4_GROUP = 64
+
+
+def compute_dtype(mode: str) -> torch.dtype:
+    return torch.float32 if mode == "fp32" else torch.bfloat16
+
+
+def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
+    if mode not in TARGET_QUANTS:
+        raise ModelError(f"{model}: unknown quantization {mode!r}; use one of {', '.join(TARGET_QUANTS)}")
+    if device.startswith("cuda"):
+        from specd.models.gpu import check_cuda_mode
+
+        check_cuda_mode(mode, model)
+
+
+def _artifact(directory: Path, mode: str) -> Path:
+    return directory / f"quant-{mode}.safetensors"
+
+
+class LinearFactory(Protocol):
+    def __call__(self, name: str, weight: torch.Tensor) -> Linear: ...
+
+    def save(self) -> None:
+        """Persist whatever was quantized during this load."""
+
+
+def linear_factory(directory: Path | None, mode: str, model: str = "model", device: str = "cpu") -> LinearFactory | None:
+    """A factory for ``Decoder``; None for dense modes. On CPU, quantized tensors are read from
+    (or written once to) ``quant-<mode>.safetensors`` in ``directory``; call ``save()`` after
+    building the model."""
+    check_mode(mode, device, model)
+    if mode in ("bf16", "fp32"):
+        return None
+    if device.startswith("cuda"):
+        from specd.models.gpu import cuda_linear_factory
+
+        return cuda_linear_factory(mode)
+    return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model)
+
+
+class _QuantStore:
+    """Loads stored quantized tensors by layer name, quantizing (and saving) the missing ones."""
+
+    def __init__(self, path: Path | None, mode: str, model: str) -> None:
+        self.path, self.mode, self.model = path, mode, model
+        self.stored: dict[str, torch.Tensor] = {}
+        self.fresh: dict[str, torch.Tensor] = {}
+        self.expected = 0
+        if path is not None and path.exists():
+            from safetensors.torch import load_file
+
+            try:
+                self.stored = load_file(str(path))
+            except Exception as e:
+                raise ModelError(f"{model}: corrupt quantized artifact {path} ({e}); delete it to rebuild") from e
+
+    def __call__(self, name: str, weight: torch.Tensor) -> Linear:
+        tensors = {k[len(name) + 1 :]: v for k, v in self.stored.items() if k.startswith(name + ":")}
+        if not tensors:
+            tensors = self._quantize(name, weight)
+            self.fresh.update({f"{name}:{k}": v for k, v in tensors.items()})
+        return self._build(name, tensors)
+
+    def _quantize(self, name: str, w: torch.Tensor) -> dict[str, torch.Tensor]:
+        if self.mode == "int8":
+            q, s = quantize_int8_per_channel(w)
+            return {"q": q, "scale": s}
+        if self.mode == "int4":
+            if w.shape[1] % INT4_GROUP:
+                raise ModelError(
+                    f"{self.model}: {name} has {w.shape[1]} input channels, not a multiple of the INT4 "
+                    f"group size {INT4_GROUP}; use --*-quant int8 for this model"
+                )
+            q, sz = quantize_int4_groupwise(w, INT4_GROUP)
+            packed = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)  # two nibbles per byte
+            return {"q4": packed, "sz": sz}
+        if self.mode == "fp8":
+            from specd.models.fp8 import quantize_fp8
+
+            q, s = quantize_fp8(w)
+            return {"q8": q, "scale": s}
+        raise ModelError(f"{self.model}: unknown quantization {self.mode!r}")
+
+    def _build(self, name: str, t: dict[str, torch.Tensor]) -> Linear:
+        if self.mode == "int8":
+            return Int8RowLinear(t["q"], t["scale"])
+        if self.mode == "int4":
+            p = t["q4"].to(torch.int32)
+            q = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
+            return Int4Linear(q, t["sz"], INT4_GROUP)
+        from specd.models.fp8 import FP8Linear
+
+        return FP8Linear(t["q8"], t["scale"])
+
+    def save(self) -> None:
+        """Write newly quantized layers (first load in this mode) so later loads skip the work."""
+        if not self.fresh or self.path is None:
+            return
+        from safetensors.torch import save_file
+
+        try:
+            save_file({**self.stored, **self.fresh}, str(self.path))
+        except OSError as e:  # a read-only model directory still works, just slower to load
+            print(f"specd: note: cannot cache quantized weights at {self.path}: {e}", file=sys.stderr)
