@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from specd.bench.command import register as register_bench
+
 
 def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and engine (override the config file)")
@@ -136,6 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_models_pull)
     ls = msub.add_parser("list", help="models present in the cache, with sizes")
     ls.set_defaults(func=cmd_models_list)
+    register_bench(sub)
     return parser
 
 

@@ -1,0 +1,104 @@
+"""``specd bench``: the command-line entry (argument parsing, outputs on disk, the printed table)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from specd.bench.errors import BenchError
+
+
+def register(subparsers) -> None:
+    from specd.cli import _add_engine_flags
+    from specd.bench.modes import HELP
+
+    b = subparsers.add_parser(
+        "bench", help="measure latency on real-code completion tasks (specd modes and anchors)",
+        description="Run fill-in-the-middle tasks cut from real code through specd's modes and optional "
+                    "anchors, interleaved; print a table; write JSON (every raw measurement), Markdown and PNG plots.")
+    b.add_argument("--modes", default=None, help=HELP + " (default: target,spec)")
+    b.add_argument("--tasks", default=None,
+                   help="subset: comma-separated task ids, id globs ('py-*'), categories (boilerplate, logic, "
+                        "docs), languages or kinds (default: all; with --quick one task per category)")
+    b.add_argument("--tasks-file", type=Path, default=None, help="task file (default: bench/tasks.jsonl of the checkout)")
+    b.add_argument("--reps", type=int, default=None, help="repetitions per task and mode (default 3; --quick 2)")
+    b.add_argument("--max-tokens", type=int, default=None, help="new tokens per completion (default 64; --quick 32)")
+    b.add_argument("--out", type=Path, default=None, help="output folder (default: bench/out/<time> in the checkout)")
+    b.add_argument("--quick", action="store_true", help="a smoke run: one task per category, 2 reps, 32 tokens")
+    b.add_argument("--verify-curve", action="store_true",
+                   help="also time one target/draft forward over n = 1,2,3,5,9,17 new tokens")
+    b.add_argument("--verify-reps", type=int, default=5, help="repetitions per n for --verify-curve")
+    b.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up runs")
+    b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
+    b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
+    _add_engine_flags(b)
+    b.set_defaults(func=cmd_bench)
+
+
+def _default_out() -> Path:
+    from specd.bench.tasks import default_tasks_path
+
+    root = default_tasks_path().parent
+    base = root / "out" if root.is_dir() else Path.cwd() / "specd-bench"
+    return base / time.strftime("%Y%m%d-%H%M%S")
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    try:
+        return _bench(args)
+    except BenchError as e:
+        print(f"specd: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from specd.bench.modes import parse_modes
+    from specd.bench.tasks import load_tasks, quick_tasks, select_tasks
+    from specd.cli import _engine_config
+
+    config = _engine_config(args)
+    modes = parse_modes(args.modes or "target,spec", config.k)
+    tasks = select_tasks(load_tasks(args.tasks_file), args.tasks)
+    if args.quick and not args.tasks:
+        tasks = quick_tasks(tasks)
+    reps = args.reps if args.reps is not None else (2 if args.quick else 3)
+    max_tokens = args.max_tokens if args.max_tokens is not None else (32 if args.quick else 64)
+    if not any(m.needs_draft for m in modes):
+        config = config.replace(draft=None)  # nothing drafts: do not load the draft
+    from specd.bench.session import BenchConfig, run_bench
+
+    bench = BenchConfig(engine=config, modes=modes, tasks=tuple(tasks), reps=reps, max_tokens=max_tokens,
+                        verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup,
+                        progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]))
+    bench.check()  # bad input fails before any model loads
+    out = args.out or _default_out()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out {out}: {e}") from e
+    doc = run_bench(bench)
+    write_outputs(doc, out, plots=args.plots)
+    from specd.bench.report import text_table
+
+    print(text_table(doc))
+    for n in doc["notes"]:
+        print(f"note: {n}")
+    print(f"wrote {out}/results.json, {out}/report.md" + (" and plots" if args.plots else ""))
+    return 0
+
+
+def write_outputs(doc: dict, out: Path, plots: bool = True) -> list[str]:
+    from specd.bench.report import markdown
+
+    (out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    names = []
+    if plots:
+        from specd.bench.plots import draw_all
+
+        names = draw_all(doc, out)
+    (out / "report.md").write_text(markdown(doc, names))
+    return names

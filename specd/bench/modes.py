@@ -1,0 +1,64 @@
+"""What the bench runs: specd's own modes and the anchors, parsed from ``--modes``."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from specd.bench.errors import BenchError
+
+SPECD_KINDS = ("target", "spec")
+ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup")
+ALL_MODES = "target,spec,hf-target,hf-assisted,llamacpp,llamacpp-lookup"
+HELP = (
+    "comma-separated: target (specd, target alone), spec (the configured K) or spec:k=N, and the "
+    "anchors hf-target, hf-assisted (transformers assisted generation, same pair, fp32), llamacpp, "
+    "llamacpp-lookup[:k=N] (llama-cpp-python on the same GGUF files); 'all' = " + ALL_MODES
+)
+
+
+@dataclass(frozen=True)
+class Mode:
+    kind: str
+    k: int | None = None  # draft tokens per round (spec) or lookup tokens (llamacpp-lookup)
+
+    @property
+    def name(self) -> str:
+        return self.kind if self.k is None else f"{self.kind}:k={self.k}"
+
+    @property
+    def is_anchor(self) -> bool:
+        return self.kind in ANCHOR_KINDS
+
+    @property
+    def needs_draft(self) -> bool:
+        return self.kind in ("spec", "hf-assisted")
+
+
+def parse_modes(text: str, default_k: int) -> tuple[Mode, ...]:
+    """Modes in the order given; ``target`` is added first when absent (speedups need it)."""
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    items = [x for item in items for x in (ALL_MODES.split(",") if item == "all" else [item])]
+    if not items:
+        raise BenchError(f"--modes is empty: give {HELP}")
+    modes: list[Mode] = []
+    for item in items:
+        m = re.fullmatch(r"([a-z-]+)(?::k=(\d+))?", item)
+        kind = m.group(1) if m else None
+        if kind not in SPECD_KINDS + ANCHOR_KINDS:
+            raise BenchError(f"unknown mode {item!r}: modes are {HELP}")
+        k = int(m.group(2)) if m.group(2) else None
+        if k is not None and kind not in ("spec", "llamacpp-lookup"):
+            raise BenchError(f"mode {item!r}: only spec and llamacpp-lookup take :k=N")
+        if kind == "spec":
+            k = default_k if k is None else k
+            if not 1 <= k <= 32:
+                raise BenchError(f"mode {item!r}: K must be in 1..32")
+        if kind == "llamacpp-lookup" and k is None:
+            k = 10  # llama-cpp-python's default num_pred_tokens
+        mode = Mode(kind, k)
+        if mode not in modes:
+            modes.append(mode)
+    if Mode("target") not in modes:
+        modes.insert(0, Mode("target"))
+    return tuple(modes)

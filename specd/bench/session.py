@@ -1,0 +1,186 @@
+"""One bench run: load the engine and the anchors, run every task in every mode interleaved
+(A B A B per task, so machine drift hits all modes alike), measure the forward-cost curve, and
+assemble the result document every output is written from."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd.bench import anchor_hf, anchor_llamacpp
+from specd.bench.errors import BenchError
+from specd.bench.machine import git_commit, machine_info
+from specd.bench.measurement import Measurement
+from specd.bench.modes import Mode
+from specd.bench.progress import Progress, note
+from specd.bench.runner import Runner, SpecdRunner
+from specd.bench.stats import per_task, summarize
+from specd.bench.tasks import Task
+from specd.bench.verify_curve import SIZES, verify_curve
+from specd.engine.engine import Engine, EngineConfig
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    engine: EngineConfig
+    modes: tuple[Mode, ...]
+    tasks: tuple[Task, ...]
+    reps: int = 3
+    max_tokens: int = 64
+    verify_curve: bool = False
+    verify_reps: int = 5
+    warmup: bool = True
+    progress: bool = True
+    command: str = ""
+
+    def check(self) -> None:
+        if not self.tasks:
+            raise BenchError("the task set is empty: check --tasks / --tasks-file")
+        if self.reps < 1:
+            raise BenchError("--reps must be at least 1")
+        if self.max_tokens < 1:
+            raise BenchError("--max-tokens must be at least 1")
+        for m in self.modes:
+            if m.needs_draft and not self.engine.draft:
+                raise BenchError(f"mode {m.name} needs a draft model but --draft is none: "
+                                 "give --draft or drop the mode from --modes")
+
+
+def _gguf_of(spec: str | None) -> Path | None:
+    from specd.models.pull import gguf_path
+    from specd.models.registry import PUBLISHED
+
+    if spec is None:
+        return None
+    if spec in PUBLISHED:
+        return gguf_path(PUBLISHED[spec])
+    return Path(spec).expanduser() if spec.endswith(".gguf") else None
+
+
+def _anchor(mode: Mode, config: BenchConfig, engine: Engine) -> tuple[Runner | None, str | None]:
+    """The anchor's runner, or None and a note saying why it is skipped."""
+    from specd.models.loader import resolve
+
+    stop = engine.prompts.stop_ids
+    try:
+        if mode.kind.startswith("hf-"):
+            target_dir = resolve(config.engine.target)
+            draft_dir = resolve(config.engine.draft) if config.engine.draft else None
+            why = anchor_hf.unavailable(target_dir, draft_dir, mode)
+            return (None, why) if why else (anchor_hf.HFRunner(mode, target_dir, draft_dir, stop), None)
+        gguf = _gguf_of(config.engine.target)
+        why = anchor_llamacpp.unavailable(gguf, mode)
+        if why:
+            return None, why
+        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 64
+        return anchor_llamacpp.LlamaCppRunner(mode, gguf, config.engine.threads, n_ctx, stop), None
+    except Exception as e:  # an anchor that fails to load is skipped, never faked
+        return None, f"{mode.name}: skipped, failed to load: {type(e).__name__}: {e}"
+
+
+def _engine_dict(config: EngineConfig) -> dict:
+    """Every engine setting, windows flattened (whatever fields this version's EngineConfig has)."""
+    d = dataclasses.asdict(config)
+    d.update(d.pop("windows", {}))
+    return d
+
+
+def run_bench(config: BenchConfig) -> dict:
+    config.check()
+    notes: list[str] = []
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    note(f"loading target {config.engine.target} and draft {config.engine.draft}")
+    engine = Engine.load(config.engine)
+    prompts = {t.id: engine.prompts.build(t.prefix, t.suffix) for t in config.tasks}
+    longest = max(len(p) for p in prompts.values())
+    if longest + config.max_tokens > config.engine.max_len:
+        raise BenchError(f"the longest prompt ({longest} tokens) plus --max-tokens exceeds --max-len "
+                         f"{config.engine.max_len}")
+    runners: list[Runner] = []
+    for mode in config.modes:
+        if not mode.is_anchor:
+            runners.append(SpecdRunner(engine, mode))
+            continue
+        note(f"loading anchor {mode.name}")
+        runner, why = _anchor(mode, config, engine)
+        if runner is None:
+            notes.append(why)
+            note(why)
+        else:
+            runners.append(runner)
+
+    per_rep = len(runners)
+    curve_steps = (config.verify_reps + 1) * len(SIZES) * (2 if engine.draft else 1) if config.verify_curve else 0
+    bar = Progress(len(config.tasks) * config.reps * per_rep + (per_rep if config.warmup else 0) + curve_steps,
+                   enabled=config.progress)
+    if config.warmup:  # first calls pay one-time costs (allocation, kernel selection): not measured
+        first = config.tasks[0]
+        for r in runners:
+            r.run(first, prompts[first.id], min(8, config.max_tokens), rep=-1, order=-1)
+            bar.step(f"warm-up {r.mode.name}")
+
+    runs: list[Measurement] = []
+    order = 0
+    for task in config.tasks:
+        for rep in range(config.reps):
+            for r in list(runners):
+                try:
+                    m = r.run(task, prompts[task.id], config.max_tokens, rep, order)
+                except Exception as e:
+                    if not r.mode.is_anchor:
+                        raise
+                    notes.append(f"{r.mode.name}: dropped after an error on {task.id}: {type(e).__name__}: {e}")
+                    runners.remove(r)
+                    continue
+                if not m.text and m.tokens:
+                    m = dataclasses.replace(m, text=engine.tokenizer.decode(list(m.tokens)))
+                runs.append(m)
+                order += 1
+                bar.step(f"{task.id} {r.mode.name} rep {rep + 1}: {m.decode_ms_per_token:.0f} ms/tok")
+
+    curve = None
+    if config.verify_curve:
+        context = prompts[config.tasks[0].id][:-1]
+        curve = verify_curve(engine.target, engine.draft, context, config.verify_reps,
+                             tick=lambda: bar.step("forward-cost curve"))
+    bar.close()
+
+    modes = [r.mode.name for r in runners if any(m.mode == r.mode.name for m in runs)]
+    tasks_meta = {t.id: t for t in config.tasks}
+    medians = per_task(runs)
+    per_task_rows = []
+    for t in config.tasks:
+        per_task_rows.append({
+            "task": t.id, "category": t.category, "kind": t.kind, "language": t.language,
+            "cursor": t.cursor, "provenance": t.provenance(), "prompt_tokens": len(prompts[t.id]),
+            "modes": {m: medians[(t.id, m)] for m in modes if (t.id, m) in medians},
+        })
+    if any(r.peak_rss_mb for r in runs):
+        notes.append("peak RSS is this process's high-water mark during each run (Linux VmHWM, reset before "
+                     "each run): it includes every model loaded in the process, anchors too")
+    return {
+        "schema": 1,
+        "created": started,
+        "command": config.command,
+        "git": git_commit(Path(__file__).resolve().parents[2]),
+        "machine": machine_info(),
+        "config": {
+            "engine": _engine_dict(config.engine),
+            "modes": modes,
+            "requested_modes": [m.name for m in config.modes],
+            "tasks": [t.id for t in config.tasks],
+            "reps": config.reps,
+            "max_tokens": config.max_tokens,
+            "warmup": config.warmup,
+            "sampling": "greedy",
+        },
+        "notes": notes,
+        "tasks": {tid: {"category": t.category, "provenance": t.provenance(), "expected": t.expected}
+                  for tid, t in tasks_meta.items()},
+        "runs": [m.as_dict() for m in runs],
+        "summary": summarize(runs, modes),
+        "per_task": per_task_rows,
+        "verify_curve": curve,
+    }

@@ -1,0 +1,145 @@
+"""specd bench on tiny models: it runs end to end and writes well-formed JSON, Markdown and PNGs;
+bad input gives one clear error naming what is missing. No timing is asserted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specd.bench.errors import BenchError
+from specd.bench.modes import Mode, parse_modes
+from specd.bench.stats import position_acceptance, spread
+from specd.bench.tasks import load_tasks, select_tasks
+from specd.cli import main
+from tests.tiny import save_tiny_model
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def tiny_pair(tmp_path_factory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    return save_tiny_model(root / "target", seed=0), save_tiny_model(root / "draft", seed=1)
+
+
+@pytest.fixture(scope="module")
+def two_tasks(tmp_path_factory) -> Path:
+    """Two real tasks from bench/tasks.jsonl, windows shortened (the tiny tokenizer is byte-level)."""
+    tasks = load_tasks()
+    chosen = [next(t for t in tasks if t.category == c) for c in ("logic", "docs")]
+    path = tmp_path_factory.mktemp("tasks") / "tasks.jsonl"
+    lines = []
+    for t in chosen:
+        d = dict(t.__dict__, prefix=t.prefix[-160:], suffix=t.suffix[:80])
+        lines.append(json.dumps(d))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def bench(capsys, *args: str) -> tuple[int, str, str]:
+    code = main(["bench", "--no-progress", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_bench_on_tiny_models(tiny_pair, two_tasks, tmp_path, capsys) -> None:
+    target, draft = tiny_pair
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(
+        capsys, "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
+        "--modes", "target,spec:k=2,llamacpp", "--reps", "2", "--max-tokens", "6", "--verify-curve",
+        "--verify-reps", "1", "--out", str(out))
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["modes"] == ["target", "spec:k=2"]
+    assert len(doc["runs"]) == 2 * 2 * 2  # tasks x reps x modes, every raw measurement
+    orders = [r["order"] for r in doc["runs"]]
+    assert orders == sorted(orders)
+    first_task = [r["mode"] for r in doc["runs"][:4]]
+    assert first_task == ["target", "spec:k=2", "target", "spec:k=2"]  # interleaved A B A B
+    for r in doc["runs"]:
+        for key in ("prefill_ms", "ttft_ms", "decode_ms_per_token", "total_ms", "peak_rss_mb"):
+            assert isinstance(r[key], (int, float)) and r[key] >= 0, (key, r)
+        assert 1 <= r["new_tokens"] <= 6 and len(r["tokens"]) == r["new_tokens"]
+    spec = doc["summary"]["spec:k=2"]
+    assert 0 <= spec["metrics"]["acceptance_rate"]["median"] <= 1
+    assert len(spec["acceptance_at"]) == 2
+    assert spec["speedup_decode"]["n"] == 2 and spec["speedup_decode"]["median"] > 0
+    assert spec["same_tokens_as_target"] == [4, 4]  # greedy speculative = greedy target
+    assert set(doc["verify_curve"]["models"]) == {"target", "draft"}
+    assert set(doc["verify_curve"]["models"]["target"]["median"]) == {"1", "2", "3", "5", "9", "17"}
+    assert any("llamacpp" in n for n in doc["notes"])  # an anchor not available: skipped with a note
+
+    report = (out / "report.md").read_text()
+    assert "| mode | runs |" in report and "spec:k=2" in report and "llamacpp" in report
+    assert doc["git"]["commit"] is None or doc["git"]["commit"][:10] in report
+    for name in ("ms_per_token.png", "acceptance_by_position.png", "latency_cdf.png",
+                 "speedup_by_category.png", "verify_curve.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG_MAGIC) and len(data) > 1000, name
+        assert f"]({name})" in report
+    assert "decode ms/tok" in stdout and "spec:k=2" in stdout
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--modes", "target,warp"], ["unknown mode 'warp'", "spec:k=N", "hf-assisted", "llamacpp"]),
+    (["--modes", "target:k=3"], ["only spec and llamacpp-lookup take :k=N"]),
+    (["--tasks", "no-such-task"], ["'no-such-task' matches no task", "boilerplate"]),
+    (["--reps", "0"], ["--reps"]),
+])
+def test_bad_input(args, needles, capsys) -> None:
+    code, _, err = bench(capsys, *args)
+    assert code == 2
+    lines = [l for l in err.splitlines() if l.startswith("specd: error:")]
+    assert len(lines) == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_missing_or_empty_task_file(tmp_path, capsys) -> None:
+    code, _, err = bench(capsys, "--tasks-file", str(tmp_path / "gone.jsonl"))
+    assert code == 2 and "gone.jsonl not found" in err and "build_tasks.py" in err
+    (tmp_path / "empty.jsonl").write_text("\n")
+    code, _, err = bench(capsys, "--tasks-file", str(tmp_path / "empty.jsonl"))
+    assert code == 2 and "holds no tasks" in err
+
+
+def test_spec_without_draft(tiny_pair, capsys) -> None:
+    code, _, err = bench(capsys, "--target", str(tiny_pair[0]), "--draft", "none", "--modes", "spec:k=4")
+    assert code == 2 and "spec:k=4 needs a draft model" in err
+
+
+def test_missing_models(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))
+    code, _, err = bench(capsys, "--quick", "--no-plots", "--out", str(tmp_path / "o"))
+    assert code == 2 and "not downloaded yet" in err and "specd models pull" in err
+
+
+def test_parse_modes() -> None:
+    modes = parse_modes("spec:k=2,spec,llamacpp-lookup", default_k=4)
+    assert [m.name for m in modes] == ["target", "spec:k=2", "spec:k=4", "llamacpp-lookup:k=10"]
+    assert Mode("hf-assisted").is_anchor and Mode("spec", 4).needs_draft
+    assert [m.name for m in parse_modes("all", 3)][:2] == ["target", "spec:k=3"]
+    with pytest.raises(BenchError, match="empty"):
+        parse_modes(" , ", 4)
+
+
+def test_select_tasks() -> None:
+    tasks = load_tasks()
+    assert 30 <= len(tasks) <= 40
+    assert {t.category for t in tasks} == {"boilerplate", "logic", "docs"}
+    assert {t.cursor for t in tasks} == {"line_start", "mid_line", "block_start"}
+    for t in tasks:
+        assert t.package and t.version and t.file and t.line >= 1 and t.expected
+        assert 300 <= t.prefix_tokens + t.suffix_tokens <= 800
+    docs = select_tasks(tasks, "docs")
+    assert docs and all(t.category == "docs" for t in docs)
+    assert [t.id for t in select_tasks(tasks, "py-*,c")] == [t.id for t in tasks if t.id.startswith("py-") or t.language == "c"]
+
+
+def test_stats() -> None:
+    s = spread([4.0, 1.0, 3.0, 2.0, None])
+    assert s == {"n": 4, "median": 2.5, "p25": 1.75, "p75": 3.25, "min": 1.0, "max": 4.0}
+    assert spread([]) == {"n": 0}
