@@ -78,7 +78,7 @@ def _from_hub(repo_id: str) -> Path:
 def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     from safetensors import safe_open
 
-    files = sorted(directory.glob("*.safetensors"))
+    files = sorted(f for f in directory.glob("*.safetensors") if not f.name.startswith("quant-"))
     if not files:
         raise ModelError(f"{directory}: no .safetensors weights")
     weights: dict[str, torch.Tensor] = {}
