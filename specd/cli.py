@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from specd.daemon.cli import register as register_serve
+
 from specd.bench.command import register as register_bench
 
 
@@ -60,15 +62,33 @@ def cmd_complete(args: argparse.Namespace) -> int:
     if args.mode == "target":
         config = config.replace(draft=None)
     request.validate(config.max_len)  # fail on bad input before loading models
-    engine = Engine.load(config)
-    completion = engine.complete(request)
+    out = _complete_via_daemon(args, request, config)
+    if out is None:
+        completion = Engine.load(config).complete(request)
+        out = {"text": completion.text, "stats": completion.stats.as_dict()}
     if args.json:
-        print(json.dumps({"text": completion.text, "stats": completion.stats.as_dict()}, ensure_ascii=False))
+        print(json.dumps(out, ensure_ascii=False))
     else:
-        sys.stdout.write(completion.text)
-        if not completion.text.endswith("\n"):
+        sys.stdout.write(out["text"])
+        if not out["text"].endswith("\n"):
             sys.stdout.write("\n")
     return 0
+
+
+def _complete_via_daemon(args: argparse.Namespace, request, config) -> dict | None:
+    """{text, stats} from a daemon listening on --socket (else the default socket), or None."""
+    import dataclasses
+
+    from specd.daemon.cli import complete_via_daemon
+    from specd.daemon.config import default_socket_path
+
+    if args.no_daemon:
+        return None
+    params = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+    params["stop"] = list(request.stop)
+    params["k"] = config.k if request.k is None else request.k
+    path = args.socket or default_socket_path()
+    return complete_via_daemon(path, args.socket is not None, params, config)
 
 
 def cmd_models_pull(args: argparse.Namespace) -> int:
@@ -127,8 +147,13 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--mode", choices=["spec", "target"], default="spec")
     c.add_argument("--k", type=int, help="draft tokens per round")
     c.add_argument("--json", action="store_true", help="print {text, stats} as one JSON object")
+    c.add_argument("--socket", type=Path, help="use the daemon listening here (default: the default socket "
+                   "when a daemon listens there); runs in-process when none does")
+    c.add_argument("--no-daemon", dest="no_daemon", action="store_true", help="always run in-process")
     _add_engine_flags(c)
     c.set_defaults(func=cmd_complete)
+
+    register_serve(sub)  # specd serve
 
     m = sub.add_parser("models", help="download and inspect models")
     msub = m.add_subparsers(dest="models_command", required=True)

@@ -1,0 +1,194 @@
+"""One model worker thread; the event loop only hands it jobs and receives outcomes.
+
+Jobs wait in lanes (a lane is a session, or a connection for requests without one); the worker takes
+one job from each lane in turn (round-robin), so one client cannot starve the others. A new job of a
+session supersedes the session's older job, which ends cancelled. Cancelling a queued job removes
+it; cancelling the running job sets a flag the engine polls between speculative rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from specd.engine.engine import Cancelled, Completion, CompletionRequest, Engine, RequestError
+
+
+@dataclass(frozen=True)
+class Done:
+    completion: Completion
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class WasCancelled:
+    reason: str
+
+
+@dataclass(frozen=True)
+class Failed:
+    error: BaseException
+    invalid: bool  # a RequestError (the request's fault), else a model failure
+
+
+Outcome = Done | WasCancelled | Failed
+_ids = itertools.count(1)
+
+
+@dataclass(eq=False)
+class Job:
+    request: CompletionRequest
+    lane: str
+    session: str | None = None
+    on_delta: Callable[[str], None] | None = None  # called on the worker thread
+    id: int = field(default_factory=lambda: next(_ids))
+    submitted: float = field(default_factory=time.perf_counter)
+    future: asyncio.Future | None = None
+    cancel_reason: str = ""
+    _cancel: threading.Event = field(default_factory=threading.Event)
+    _finished: bool = False
+
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+
+class SchedulerClosed(RuntimeError):
+    pass
+
+
+class Scheduler:
+    def __init__(self, engine: Engine, reuse: bool = True) -> None:
+        self.engine = engine
+        self.reuse = reuse
+        self._cv = threading.Condition()
+        self._lanes: OrderedDict[str, deque[Job]] = OrderedDict()
+        self._sessions: dict[str, Job] = {}
+        self._running: Job | None = None
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread = threading.Thread(target=self._work, name="specd-model", daemon=True)
+
+    # -- event-loop side -----------------------------------------------------------------------
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._thread.start()
+
+    def submit(self, job: Job) -> asyncio.Future:
+        assert self._loop is not None, "start() first"
+        job.future = self._loop.create_future()
+        with self._cv:
+            if self._closed:
+                raise SchedulerClosed("the daemon is shutting down")
+            if job.session is not None:
+                older = self._sessions.get(job.session)
+                if older is not None:
+                    self._cancel_locked(older, f"superseded by a newer request of session {job.session!r}")
+                self._sessions[job.session] = job
+            self._lanes.setdefault(job.lane, deque()).append(job)
+            self._cv.notify()
+        return job.future
+
+    def cancel(self, job: Job, reason: str) -> None:
+        with self._cv:
+            self._cancel_locked(job, reason)
+
+    def cancel_all(self, reason: str) -> None:
+        with self._cv:
+            jobs = [j for q in self._lanes.values() for j in q]
+            if self._running is not None:
+                jobs.append(self._running)
+            for job in jobs:
+                self._cancel_locked(job, reason)
+
+    def busy(self) -> bool:
+        with self._cv:
+            return self._running is not None or any(self._lanes.values())
+
+    def counts(self) -> dict[str, int]:
+        with self._cv:
+            return {"queued": sum(len(q) for q in self._lanes.values()),
+                    "running": int(self._running is not None)}
+
+    def close(self, wait: float | None = None) -> None:
+        """Stop the worker after its current job (queued jobs must have been cancelled)."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        if wait is not None and self._thread.is_alive():
+            self._thread.join(wait)
+
+    # -- either side, under the lock -----------------------------------------------------------
+    def _cancel_locked(self, job: Job, reason: str) -> None:
+        if job._finished or job.cancelled():
+            return
+        job.cancel_reason = reason
+        job._cancel.set()
+        if job is not self._running:  # still queued: it ends now
+            lane = self._lanes.get(job.lane)
+            if lane is not None and job in lane:
+                lane.remove(job)
+                if not lane:
+                    del self._lanes[job.lane]
+            self._finish_locked(job, WasCancelled(reason))
+
+    def _finish_locked(self, job: Job, outcome: Outcome) -> None:
+        if job._finished:
+            return
+        job._finished = True
+        if job.session is not None and self._sessions.get(job.session) is job:
+            del self._sessions[job.session]
+        assert self._loop is not None and job.future is not None
+        self._loop.call_soon_threadsafe(_resolve, job.future, outcome)
+
+    def _next_locked(self) -> Job | None:
+        while self._lanes:
+            lane, queue = next(iter(self._lanes.items()))
+            job = queue.popleft()
+            if queue:
+                self._lanes.move_to_end(lane)
+            else:
+                del self._lanes[lane]
+            return job
+        return None
+
+    # -- worker thread -------------------------------------------------------------------------
+    def _work(self) -> None:
+        while True:
+            with self._cv:
+                while not self._lanes and not self._closed:
+                    self._cv.wait()
+                job = self._next_locked()
+                if job is None:  # closed and nothing left
+                    return
+                self._running = job
+            outcome = self._run(job)
+            with self._cv:
+                if job.cancelled() and not isinstance(outcome, WasCancelled):
+                    outcome = WasCancelled(job.cancel_reason)  # a cancelled request always ends cancelled
+                self._running = None
+                self._finish_locked(job, outcome)
+
+    def _run(self, job: Job) -> Outcome:
+        if job.cancelled():
+            return WasCancelled(job.cancel_reason)
+        try:
+            if not self.reuse:
+                self.engine.reset()
+            completion = self.engine.complete(job.request, on_delta=job.on_delta, cancelled=job.cancelled)
+        except Cancelled:
+            return WasCancelled(job.cancel_reason or "cancelled")
+        except RequestError as e:
+            return Failed(e, invalid=True)
+        except Exception as e:  # a model failure (out of memory, a runtime error): this job only
+            return Failed(e, invalid=False)
+        return Done(completion, (time.perf_counter() - job.submitted) * 1e3)
+
+
+def _resolve(future: asyncio.Future, outcome: Outcome) -> None:
+    if not future.done():
+        future.set_result(outcome)

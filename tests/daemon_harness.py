@@ -1,0 +1,125 @@
+"""A real ``specd serve`` subprocess on tiny models, and small helpers for talking to it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specd.daemon.client import Client
+from specd.daemon.listener import is_listening
+from tests.tiny import save_tiny_model
+
+START_TIMEOUT_S = 120  # a generous bound for a loaded CI machine, not a timing assertion
+LONG_PREFIX = "def f(x):\n"
+LONG_TOKENS = 3000  # greedy on the tiny pair runs to max_tokens: seconds of work, cancelled early
+ENGINE_FLAGS = ("--threads", "1", "--max-len", "4096")
+
+
+def tiny_pair(root: Path) -> tuple[Path, Path]:
+    return save_tiny_model(root / "target", seed=0), save_tiny_model(root / "draft", seed=1)
+
+
+def short_dir() -> Path:
+    """A directory for sockets: AF_UNIX paths must stay under ~107 bytes."""
+    return Path(tempfile.mkdtemp(prefix="sd-", dir="/tmp"))
+
+
+def env_for(runtime: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XDG_RUNTIME_DIR"] = str(runtime)  # never meet a developer's own daemon
+    env["XDG_CONFIG_HOME"] = str(runtime / "config")
+    env.pop("PYTHONWARNINGS", None)
+    return env
+
+
+class Daemon:
+    def __init__(self, socket: Path, target: Path, draft: Path, *extra: str) -> None:
+        self.socket = socket
+        self.log_path = socket.parent / "daemon.log"
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "specd", "serve", "--socket", str(socket), "--target", str(target),
+             "--draft", str(draft), *ENGINE_FLAGS, *extra],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env_for(socket.parent),
+        )
+
+    def wait_ready(self) -> "Daemon":
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.output()}")
+            if is_listening(self.socket):
+                with Client(self.socket) as c:
+                    if c.call("health")["status"] == "ok":
+                        return self
+            time.sleep(0.05)
+        raise RuntimeError(f"daemon did not start: {self.output()}")
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(sig)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+    def client(self) -> Client:
+        return Client(self.socket, timeout=120)
+
+    def stats(self) -> dict:
+        with self.client() as c:
+            return c.call("stats")
+
+
+def wait_for(predicate, what: str, timeout: float = 120.0) -> None:
+    """Poll until ``predicate()`` holds (a bound against hangs, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def read_until_terminal(client: Client, rid) -> tuple[list[str], dict]:
+    """Deltas for ``rid`` and its one terminal message (result or error)."""
+    deltas: list[str] = []
+    while True:
+        msg = client.read_message()
+        if msg.get("method") == "complete/delta":
+            if msg["params"]["id"] == rid:
+                deltas.append(msg["params"]["text"])
+            continue
+        if msg.get("id") == rid:
+            return deltas, msg
+
+
+def send(client: Client, rid, method: str, params: dict | None = None) -> None:
+    import json
+
+    obj = {"jsonrpc": "2.0", "id": rid, "method": method}
+    if params is not None:
+        obj["params"] = params
+    client.send_raw(json.dumps(obj).encode() + b"\n")
+
+
+def first_delta(client: Client, rid) -> str:
+    while True:
+        msg = client.read_message()
+        if msg.get("method") == "complete/delta" and msg["params"]["id"] == rid:
+            return msg["params"]["text"]
+        assert msg.get("id") != rid, f"request ended before streaming: {msg}"
