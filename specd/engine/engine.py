@@ -70,10 +70,13 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()
     mode: str = "spec"
     k: int | None = None  # None: the engine's configured K
+    context: str = ""  # repository context before the FIM block (Qwen format; see prompt.py)
 
     def validate(self, max_len: int) -> SamplingParams:
         if not isinstance(self.prefix, str) or not isinstance(self.suffix, str):
             raise RequestError("prefix", "prefix and suffix must be strings")
+        if not isinstance(self.context, str):
+            raise RequestError("context", "must be a string")
         if not self.prefix and not self.suffix:
             raise RequestError("prefix", "empty prompt: give a prefix or a suffix")
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or not 1 <= self.max_tokens <= max_len:
@@ -162,7 +165,7 @@ class Engine:
         """Run one completion. ``on_delta`` receives text as it is verified; ``cancelled`` is
         polled between rounds and, when it returns True, the request ends with ``Cancelled``."""
         params = request.validate(self.config.max_len)
-        prompt = self.prompts.build(request.prefix, request.suffix)
+        prompt = self.prompts.build(request.prefix, request.suffix, request.context)
         if len(prompt) + request.max_tokens > self.config.max_len:
             raise RequestError(
                 "max_tokens",

@@ -3,10 +3,17 @@
 ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` — the model writes the middle.
 The prefix window keeps the last ``max_prefix_tokens`` tokens before the cursor, cut at a line
 start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at a line end.
+
+Optional repository context goes before the FIM block, in Qwen's repository format:
+``<|repo_name|>{name}\n<|file_sep|>{path}\n{content}\n…<|file_sep|>{current path}\n``. In a
+context string the literal markers ``<|repo_name|>`` and ``<|file_sep|>`` become those control
+tokens; everything else is text (callers neutralise markers inside file contents). The context
+keeps its last ``max_context_tokens`` tokens, starting at a file boundary when cut.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from specd.models.tokenizer import Tokenizer
@@ -16,12 +23,15 @@ STOP_TOKENS = (
     "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
     "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>",
 )
+REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
+_CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
 
 
 @dataclass(frozen=True)
 class PromptWindows:
     max_prefix_tokens: int = 1024
     max_suffix_tokens: int = 256
+    max_context_tokens: int = 1024
 
 
 class PromptBuilder:
@@ -31,6 +41,7 @@ class PromptBuilder:
         ids = {t: tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
         self.fim = None if None in ids.values() else (ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE])
         self.stop_ids = frozenset(i for t in STOP_TOKENS if (i := tokenizer.token_id(t)) is not None)
+        self.markers = {t: tokenizer.token_id(t) for t in (REPO_NAME, FILE_SEP)}
 
     def window_prefix(self, prefix: str) -> str:
         """The tail of ``prefix`` that fits the window, starting at a line start when cut."""
@@ -51,9 +62,36 @@ class PromptBuilder:
         nl = head.rfind("\n")
         return head[: nl + 1] if nl > 0 else head
 
-    def build(self, prefix: str, suffix: str = "") -> list[int]:
+    def encode_context(self, context: str) -> list[int]:
+        """Repository context → tokens: markers become control tokens (or stay text when the
+        tokenizer has none), the rest is text; the tail that fits the context window."""
+        if not context:
+            return []
+        ids: list[int] = []
+        starts: list[int] = []  # where each <|file_sep|> lands in ids
+        pos = 0
+        for m in _CONTEXT_MARKERS.finditer(context):
+            ids += self.tokenizer.encode(context[pos : m.start()])
+            marker = self.markers.get(m.group())
+            if marker is None:
+                ids += self.tokenizer.encode(m.group())
+            else:
+                if m.group() == FILE_SEP:
+                    starts.append(len(ids))
+                ids.append(marker)
+            pos = m.end()
+        ids += self.tokenizer.encode(context[pos:])
+        limit = self.windows.max_context_tokens
+        if len(ids) <= limit:
+            return ids
+        cut = len(ids) - limit
+        start = next((s for s in starts if s >= cut), cut)
+        return ids[start:]
+
+    def build(self, prefix: str, suffix: str = "", context: str = "") -> list[int]:
         prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
+        head = self.encode_context(context)
         if self.fim is None:  # no FIM tokens: plain left-to-right completion
-            return self.tokenizer.encode(prefix)
+            return head + self.tokenizer.encode(prefix)
         p, s, m = self.fim
-        return [p, *self.tokenizer.encode(prefix), s, *self.tokenizer.encode(suffix), m]
+        return [*head, p, *self.tokenizer.encode(prefix), s, *self.tokenizer.encode(suffix), m]
