@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from specd.daemon.cli import register as register_serve
+from specd.lsp.command import register as register_lsp
 
 from specd.bench.command import register as register_bench
 
@@ -154,6 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(func=cmd_complete)
 
     register_serve(sub)  # specd serve
+    register_lsp(sub)  # specd lsp
 
     m = sub.add_parser("models", help="download and inspect models")
     msub = m.add_subparsers(dest="models_command", required=True)

@@ -1,0 +1,28 @@
+"""What the LSP server asks for completions: the daemon over its socket, or an embedded engine."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from specd.engine.engine import CompletionRequest
+
+
+class BackendUnavailable(Exception):
+    """No completion now, for a reason worth logging (daemon down, model failure, bad request)."""
+
+
+class Superseded(Exception):
+    """The backend ended the request early: cancelled, or replaced by a newer one."""
+
+
+class Backend(Protocol):
+    def describe(self) -> str: ...
+
+    async def start(self) -> None:
+        """Get ready (load the engine, reach or start the daemon); raises BackendUnavailable."""
+
+    async def complete(self, request: CompletionRequest, session: str) -> str:
+        """The completion's text. Cancelling the awaiting task stops the work at once (the
+        engine's next round). Raises BackendUnavailable or Superseded."""
+
+    async def close(self) -> None: ...

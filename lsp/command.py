@@ -1,0 +1,91 @@
+"""``specd lsp``: the language server over stdio (or TCP for debugging)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+ENGINE_FLAGS = ("config", "target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab",
+                "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")
+
+
+def register(subparsers: Any) -> None:
+    from specd.cli import _add_engine_flags
+
+    p = subparsers.add_parser("lsp", help="language server for editors (completions from the daemon)")
+    p.add_argument("--socket", type=Path, help="the daemon's socket (default: as `specd serve`)")
+    p.add_argument("--in-process", action="store_true", help="embed the engine instead of using the daemon")
+    p.add_argument("--no-autostart", dest="autostart", action="store_false",
+                   help="do not start a daemon when none is running")
+    p.add_argument("--tcp", type=int, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio (debugging)")
+    p.add_argument("--max-tokens", type=int, default=64, help="longest suggestion, in tokens")
+    p.add_argument("--no-repo-context", dest="repo_context", action="store_false",
+                   help="do not send recently edited open documents as context")
+    p.add_argument("--log-file", type=Path, help="write the server's log here (default: stderr)")
+    p.add_argument("--verbose", action="store_true")
+    _add_engine_flags(p)
+    p.set_defaults(func=cmd_lsp)
+
+
+def engine_argv(args: argparse.Namespace) -> list[str]:
+    """The engine flags given to ``specd lsp``, for the ``specd serve`` it starts."""
+    out: list[str] = []
+    for name in ENGINE_FLAGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    return out
+
+
+def socket_path(args: argparse.Namespace) -> Path:
+    if args.socket is not None:
+        return args.socket
+    from specd.config import load_toml
+    from specd.daemon.config import daemon_config
+
+    table = load_toml(args.config).get("daemon", {})
+    return daemon_config({k: v for k, v in table.items() if k == "socket"}, {}).socket_path
+
+
+def make_backend(args: argparse.Namespace, log: Any):
+    if args.in_process:
+        from specd.cli import _engine_config
+        from specd.engine.engine import Engine
+        from specd.lsp.inprocess import InProcessBackend
+
+        config = _engine_config(args)  # config errors surface now, before the editor waits
+        return InProcessBackend(lambda: Engine.load(config))
+    from specd.lsp.autostart import DaemonSpawner
+    from specd.lsp.daemon_backend import DaemonBackend
+
+    path = socket_path(args)
+    spawner = None
+    if args.autostart:
+        argv = [sys.executable, "-m", "specd", "serve", "--socket", str(path), *engine_argv(args)]
+        spawner = DaemonSpawner(argv, path.parent / "daemon.log")
+    return DaemonBackend(path, spawner, log)
+
+
+def cmd_lsp(args: argparse.Namespace) -> int:
+    from specd.lsp.server import build_server
+    from specd.lsp.settings import LspSettings
+
+    handler: logging.Handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, handlers=[handler])
+    logging.getLogger("specd.lsp").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    if args.max_tokens < 1:
+        raise SystemExit("specd: error: --max-tokens must be at least 1")
+    settings = LspSettings(max_tokens=args.max_tokens, repo_context=args.repo_context)
+    holder: list[Any] = []
+    backend = make_backend(args, lambda m: holder[0].log_info(m) if holder else None)
+    server = build_server(backend, settings)
+    holder.append(server)
+    if args.tcp is not None:
+        server.start_tcp("127.0.0.1", args.tcp)
+    else:
+        server.start_io()
+    return 0

@@ -1,0 +1,107 @@
+"""The daemon over its Unix socket (``specd serve``), through the daemon's asyncio client.
+
+One connection, reopened when it drops; when nothing listens, the daemon is started in the
+background (``DaemonSpawner``). Each document is a daemon session, so a newer request for a
+document supersedes the older one in the daemon too; a cancelled LSP request sends ``cancel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable
+
+from specd.daemon.client import AsyncClient
+from specd.daemon.protocol import INVALID_PARAMS, REQUEST_CANCELLED
+from specd.engine.engine import CompletionRequest
+from specd.lsp.autostart import DaemonSpawner
+from specd.lsp.backend import BackendUnavailable, Superseded
+
+
+def request_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:
+    params = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+    params["stop"] = list(request.stop)
+    params["session"] = session
+    if not with_context or not request.context:
+        params.pop("context", None)
+    return params
+
+
+class DaemonBackend:
+    def __init__(self, socket: Path, spawner: DaemonSpawner | None, log: Callable[[str], None]) -> None:
+        self.socket = socket
+        self.spawner = spawner
+        self.log = log
+        self._client: AsyncClient | None = None
+        self._connecting = asyncio.Lock()
+        self._context_ok = True  # an older daemon may refuse the ``context`` parameter
+
+    def describe(self) -> str:
+        return f"daemon on {self.socket}"
+
+    async def start(self) -> None:
+        await self._connected()
+
+    def _alive(self, client: AsyncClient) -> bool:
+        return not client.reader.at_eof() and not client.writer.is_closing()
+
+    async def _connected(self) -> AsyncClient:
+        client = self._client
+        if client is not None and self._alive(client):
+            return client
+        async with self._connecting:
+            if self._client is not None and self._alive(self._client):
+                return self._client
+            self._client = None
+            try:
+                self._client = await AsyncClient.connect(self.socket)
+            except OSError as first:
+                if self.spawner is None:
+                    raise BackendUnavailable(f"no daemon on {self.socket} ({first}); start `specd serve`") from None
+                self.log(f"no daemon on {self.socket}: starting one in the background (log: {self.spawner.log_path})")
+                try:
+                    await self.spawner.ensure_running(self.socket)
+                    self._client = await AsyncClient.connect(self.socket)
+                except OSError as e:
+                    raise BackendUnavailable(f"could not start the daemon: {e}") from None
+                self.log(f"daemon started on {self.socket}")
+            return self._client
+
+    async def complete(self, request: CompletionRequest, session: str) -> str:
+        client = await self._connected()
+        msg = await self._call(client, request_params(request, session, self._context_ok))
+        error = msg.get("error")
+        if error and error.get("code") == INVALID_PARAMS and (error.get("data") or {}).get("field") == "context":
+            self._context_ok = False
+            self.log("the daemon does not take repository context; sending requests without it")
+            msg = await self._call(client, request_params(request, session, False))
+            error = msg.get("error")
+        if error:
+            if error.get("code") == REQUEST_CANCELLED:
+                raise Superseded(error.get("message", "cancelled"))
+            raise BackendUnavailable(f"daemon error {error.get('code')}: {error.get('message')}")
+        return str((msg.get("result") or {}).get("text", ""))
+
+    async def _call(self, client: AsyncClient, params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            rid, reply = client.start("complete", params)
+        except (ConnectionError, OSError, RuntimeError) as e:
+            self._client = None
+            raise BackendUnavailable(f"lost the daemon: {e}") from None
+        try:
+            return await reply
+        except asyncio.CancelledError:
+            try:
+                client.notify_cancel(rid)
+            except (ConnectionError, OSError, RuntimeError):
+                pass
+            raise
+        except (ConnectionError, OSError) as e:
+            self._client = None
+            raise BackendUnavailable(f"lost the daemon: {e}") from None
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None

@@ -1,0 +1,26 @@
+"""A read-only view of the open documents, as the completion service needs them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class DocumentState:
+    uri: str
+    version: int | None
+    text: str
+    language: str | None
+    path: str | None  # a file-system path, when the URI has one
+
+
+class Documents(Protocol):
+    def get(self, uri: str) -> DocumentState | None:
+        """The open document, or None when it was never opened (or was closed)."""
+
+    def root(self) -> str | None:
+        """The workspace root directory, when there is one."""
+
+    def encoding(self) -> str:
+        """The negotiated position encoding: utf-8, utf-16 or utf-32."""

@@ -1,0 +1,144 @@
+"""The pygls language server: capabilities, and thin async handlers that delegate to
+:class:`~specd.lsp.service.CompletionService`. Errors go to ``window/logMessage``, never to
+``window/showMessage`` popups."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from specd.lsp.backend import Backend, BackendUnavailable
+from specd.lsp.documents import DocumentState
+from specd.lsp.positions import ENCODINGS, UTF16
+from specd.lsp.protocol import SpecdProtocol
+from specd.lsp.service import CompletionService, Suggestion
+from specd.lsp.settings import LspSettings
+
+TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", ":", "=", " ", "\n", ">", "/", "\"", "'"]
+log = logging.getLogger("specd.lsp")
+
+
+class WorkspaceDocuments:
+    """:class:`~specd.lsp.documents.Documents` over pygls' workspace."""
+
+    def __init__(self, server: LanguageServer) -> None:
+        self.server = server
+
+    def get(self, uri: str) -> DocumentState | None:
+        from urllib.parse import unquote
+
+        doc = self.server.workspace.text_documents.get(unquote(uri))
+        if doc is None:
+            return None
+        return DocumentState(uri, doc.version, doc.source, doc.language_id, to_fs_path(uri))
+
+    def root(self) -> str | None:
+        return self.server.workspace.root_path
+
+    def encoding(self) -> str:
+        value = getattr(self.server.workspace.position_encoding, "value", self.server.workspace.position_encoding)
+        return value if value in ENCODINGS else UTF16
+
+
+class SpecdLanguageServer(LanguageServer):
+    def __init__(self, backend: Backend, settings: LspSettings) -> None:
+        super().__init__("specd", "0.1.0", protocol_cls=SpecdProtocol)
+        self.service = CompletionService(backend, WorkspaceDocuments(self), settings, self.log_warning, self.log_debug)
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def log_message(self, kind: types.MessageType, message: str) -> None:
+        log.log({types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(
+            kind, logging.INFO), message)
+        try:
+            self.window_log_message(types.LogMessageParams(type=kind, message=f"specd: {message}"))
+        except Exception:  # no client connected yet, or it is gone
+            pass
+
+    def log_warning(self, message: str) -> None:
+        self.log_message(types.MessageType.Warning, message)
+
+    def log_info(self, message: str) -> None:
+        self.log_message(types.MessageType.Info, message)
+
+    def log_debug(self, message: str) -> None:
+        log.debug(message)
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        self.log_message(types.MessageType.Error, f"{getattr(source, '__name__', source)}: {error}")
+
+    def in_background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def warm_up(self) -> None:
+        backend = self.service.backend
+        try:
+            await backend.start()
+            self.log_message(types.MessageType.Info, f"ready: {backend.describe()}")
+        except BackendUnavailable as e:
+            self.log_message(types.MessageType.Warning, f"not ready: {e}")
+
+
+def build_server(backend: Backend, settings: LspSettings = LspSettings()) -> SpecdLanguageServer:
+    server = SpecdLanguageServer(backend, settings)
+
+    @server.feature(types.INITIALIZED)
+    def initialized(ls: SpecdLanguageServer, params: types.InitializedParams) -> None:
+        ls.in_background(ls.warm_up())
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: SpecdLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
+        ls.service.opened(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: SpecdLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
+        last = params.content_changes[-1] if params.content_changes else None
+        line = last.range.start.line if isinstance(last, types.TextDocumentContentChangePartial) else 0
+        ls.service.changed(params.text_document.uri, line)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: SpecdLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
+        ls.service.closed(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    async def inline_completion(ls: SpecdLanguageServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        s = await ls.service.suggest(params.text_document.uri, params.position.line, params.position.character)
+        return types.InlineCompletionList(items=[inline_item(s)] if s else [])
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION,
+                    types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS, resolve_provider=False))
+    async def completion(ls: SpecdLanguageServer, params: types.CompletionParams) -> types.CompletionList:
+        s = await ls.service.suggest(params.text_document.uri, params.position.line, params.position.character)
+        return types.CompletionList(is_incomplete=True, items=[completion_item(s)] if s else [])
+
+    @server.feature(types.SHUTDOWN)
+    async def shutdown(ls: SpecdLanguageServer, params: None) -> None:
+        await ls.service.close()
+
+    return server
+
+
+def inline_item(s: Suggestion) -> types.InlineCompletionItem:
+    at = types.Position(s.line, s.column)
+    return types.InlineCompletionItem(insert_text=s.text, range=types.Range(at, at))
+
+
+def completion_item(s: Suggestion) -> types.CompletionItem:
+    text = s.word + s.text
+    first = text.split("\n", 1)[0]
+    label = (first[:77] + "…") if len(first) > 80 else first
+    if "\n" in text:
+        label += " …"
+    edit = types.TextEdit(range=types.Range(types.Position(s.line, s.word_column), types.Position(s.line, s.column)),
+                          new_text=text)
+    return types.CompletionItem(
+        label=label or text.strip()[:80], kind=types.CompletionItemKind.Text, detail="specd",
+        documentation=text,
+        filter_text=text, sort_text="0", insert_text_format=types.InsertTextFormat.PlainText,
+        text_edit=edit, preselect=True)
