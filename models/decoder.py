@@ -42,9 +42,12 @@ class Decoder:
         max_len: int = 4096,
         device: str = "cpu",
         linear_factory: LinearFactory | None = None,
+        head_rows: list[int] | None = None,
     ) -> None:
         """``linear_factory`` turns each float weight into a layer (quantized ones, see
-        ``specd.models.quant``); by default a dense layer in ``compute_dtype``."""
+        ``specd.models.quant``); by default a dense layer in ``compute_dtype``. ``head_rows``
+        restricts the output head to those token ids (a draft's sub-vocabulary, see
+        ``specd.models.subvocab``): every other token gets logit -inf."""
         self.config = config
         self.compute_dtype = compute_dtype
         self.device = torch.device(device)
@@ -59,8 +62,11 @@ class Decoder:
 
         self.embed = w("model.embed_tokens.weight")  # [V, H]
         head = "lm_head.weight" if not c.tie_word_embeddings and "lm_head.weight" in weights else "model.embed_tokens.weight"
-        if linear_factory is None and head == "model.embed_tokens.weight":
-            self.lm_head: Linear = DenseLinear(self.embed)  # tied: one tensor serves both
+        self.head_rows = None if head_rows is None else torch.tensor(sorted(head_rows), dtype=torch.long)
+        if self.head_rows is not None:
+            self.lm_head: Linear = make(f"lm_head.sub{len(self.head_rows)}", w(head)[self.head_rows])  # [V', H]
+        elif linear_factory is None and head == "model.embed_tokens.weight":
+            self.lm_head = DenseLinear(self.embed)  # tied: one tensor serves both
         else:
             self.lm_head = make("lm_head", w(head))  # [V, H]
         self.norm = w("model.norm.weight", torch.float32)
@@ -194,7 +200,10 @@ class Decoder:
             gate, up = layer["gate_up"](h).chunk(2, dim=-1)
             x = x + layer["down"](F.silu(gate) * up)
         x = self._rms(x, self.norm)
-        logits = self.lm_head(x)  # [n, V]
+        logits = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
+        if self.head_rows is not None:
+            full = torch.full((n, c.vocab_size), float("-inf"))
+            logits = full.index_copy_(1, self.head_rows, logits)  # [n, V]
         cache.tokens[start:end] = tokens.cpu()
         cache.length = end
         return logits

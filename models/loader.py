@@ -19,6 +19,7 @@ from specd.models.gguf_convert import convert_gguf
 from specd.models.pull import converted_dir, is_pulled
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
+from specd.models import subvocab
 from specd.models.tokenizer import Tokenizer
 
 
@@ -92,8 +93,11 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def load_model(spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu") -> LoadedModel:
-    """Load ``spec`` with its linear layers in ``quant`` (see ``specd.models.quantize``)."""
+def load_model(
+    spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu", head_vocab: int = 0
+) -> LoadedModel:
+    """Load ``spec`` with its linear layers in ``quant`` (see ``specd.models.quantize``).
+    ``head_vocab > 0`` keeps only that many most frequent tokens in the output head (drafts)."""
     check_mode(quant, device, spec)
     directory = resolve(spec)
     try:
@@ -103,13 +107,17 @@ def load_model(spec: str, *, quant: str = "bf16", max_len: int = 4096, device: s
     tok_path = directory / "tokenizer.json"
     if not tok_path.exists():
         raise ModelError(f"{directory}: no tokenizer.json")
+    tokenizer = Tokenizer.from_file(tok_path)
+    head_rows = None
+    if 0 < head_vocab < config.vocab_size:
+        head_rows = subvocab.load(directory, head_vocab, tokenizer)
     weights = _read_weights(directory)
     factory = linear_factory(directory, quant, spec, device)
     try:
         decoder = Decoder(config, weights, compute_dtype=compute_dtype(quant), max_len=max_len,
-                          device=device, linear_factory=factory)
+                          device=device, linear_factory=factory, head_rows=head_rows)
     except KeyError as e:
         raise ModelError(f"{directory}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
     if factory is not None:
         factory.save()  # quantized once, loaded from disk next time
-    return LoadedModel(spec, directory, config, decoder, Tokenizer.from_file(tok_path))
+    return LoadedModel(spec, directory, config, decoder, tokenizer)

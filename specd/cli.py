@@ -24,6 +24,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-quant", dest="draft_quant", choices=["int4", "int8", "bf16", "fp32"],
                    help="draft weights (default int4)")
     g.add_argument("--device", help="cpu (default) or cuda[:N]")
+    g.add_argument("--draft-head-vocab", dest="draft_head_vocab", type=int,
+                   help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
     g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
     g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
     g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)
@@ -35,7 +37,7 @@ def _engine_config(args: argparse.Namespace, k: int | None = None):
 
     table = load_toml(args.config).get("engine", {})
     overrides = {name: getattr(args, name, None) for name in
-                 ("target", "draft", "target_quant", "draft_quant", "device", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
+                 ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
     overrides["k"] = k
     return engine_config(table, overrides)
 
@@ -106,6 +108,33 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_models_info(args: argparse.Namespace) -> int:
+    """Load the configured pair and report resident bytes: weights by kind, KV cache, RSS."""
+    from specd.engine.engine import Engine
+    from specd.models.memory import rss_bytes
+
+    config = _engine_config(args)
+    engine = Engine.load(config)
+    report = {"rss_bytes": rss_bytes(), "models": {}}
+    for role, model, quant, name in (("target", engine.target, config.target_quant, config.target),
+                                     ("draft", engine.draft, config.draft_quant, config.draft)):
+        if model is None:
+            continue
+        weights = model.weight_bytes()
+        report["models"][role] = {"model": name, "quant": quant, "weights": weights,
+                                  "weights_total": sum(weights.values()), "kv_cache": model.cache.nbytes(),
+                                  "kv_capacity_tokens": model.max_len}
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    for role, r in report["models"].items():
+        kinds = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in r["weights"].items())
+        print(f"{role:<7} {r['model']} ({r['quant']}): weights {r['weights_total'] / 2**20:.0f} MiB [{kinds}]; "
+              f"KV cache {r['kv_cache'] / 2**20:.0f} MiB for {r['kv_capacity_tokens']} tokens")
+    print(f"process RSS {report['rss_bytes'] / 2**20:.0f} MiB (both models in one process)")
+    return 0
+
+
 def cmd_models_list(args: argparse.Namespace) -> int:
     from specd.models.pull import converted_dir, gguf_path, is_pulled
     from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PUBLISHED, cache_root
@@ -165,6 +194,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.set_defaults(func=cmd_models_pull)
     ls = msub.add_parser("list", help="models present in the cache, with sizes")
     ls.set_defaults(func=cmd_models_list)
+    info = msub.add_parser("info", help="load the configured pair and report resident memory")
+    info.add_argument("--json", action="store_true")
+    _add_engine_flags(info)
+    info.set_defaults(func=cmd_models_info)
     register_bench(sub)
     return parser
 

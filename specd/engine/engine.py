@@ -48,6 +48,7 @@ class EngineConfig:
     draft: str | None = "qwen2.5-coder-0.5b"
     target_quant: str = "int8"  # int8 | fp8 | int4 | bf16 | fp32 (see specd.models.quantize)
     draft_quant: str = "int4"  # int4 | int8 | bf16 | fp32
+    draft_head_vocab: int = 0  # >0: the draft scores only the N most frequent code tokens
     device: str = "cpu"
     k: int = 4  # draft tokens per round
     max_len: int = 4096  # KV cache capacity, tokens
@@ -150,7 +151,8 @@ class Engine:
         target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device)
         draft = None
         if config.draft:
-            draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len, device=config.device)
+            draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
+                               device=config.device, head_vocab=config.draft_head_vocab)
         return cls(
             target.model, target.tokenizer,
             draft.model if draft else None, draft.tokenizer if draft else None, config,
@@ -224,7 +226,8 @@ class Engine:
                 continue
             weights = getattr(model, "weight_bytes", None)
             cache = getattr(model, "cache", None)
-            out[f"{role}_weight_bytes"] = int(weights()) if callable(weights) else 0
+            by_kind = weights() if callable(weights) else {}
+            out[f"{role}_weight_bytes"] = int(sum(by_kind.values()))
             out[f"{role}_kv_cache_bytes"] = int(cache.nbytes()) if cache is not None else 0
         return out
 
