@@ -32,7 +32,7 @@ def two_tasks(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("tasks") / "tasks.jsonl"
     lines = []
     for t in chosen:
-        d = dict(t.__dict__, prefix=t.prefix[-160:], suffix=t.suffix[:80])
+        d = dict(t.__dict__, prefix=t.prefix[-120:], suffix=t.suffix[:60])
         lines.append(json.dumps(d))
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -49,7 +49,7 @@ def test_bench_on_tiny_models(tiny_pair, two_tasks, tmp_path, capsys) -> None:
     out = tmp_path / "out"
     code, stdout, stderr = bench(
         capsys, "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
-        "--modes", "target,spec:k=2,llamacpp", "--reps", "2", "--max-tokens", "6", "--verify-curve",
+        "--modes", "target,spec:k=2,llamacpp", "--reps", "2", "--max-tokens", "4", "--verify-curve",
         "--verify-reps", "1", "--out", str(out))
     assert code == 0, stderr
     doc = json.loads((out / "results.json").read_text())
@@ -62,7 +62,7 @@ def test_bench_on_tiny_models(tiny_pair, two_tasks, tmp_path, capsys) -> None:
     for r in doc["runs"]:
         for key in ("prefill_ms", "ttft_ms", "decode_ms_per_token", "total_ms", "peak_rss_mb"):
             assert isinstance(r[key], (int, float)) and r[key] >= 0, (key, r)
-        assert 1 <= r["new_tokens"] <= 6 and len(r["tokens"]) == r["new_tokens"]
+        assert 1 <= r["new_tokens"] <= 4 and len(r["tokens"]) == r["new_tokens"]
     spec = doc["summary"]["spec:k=2"]
     assert 0 <= spec["metrics"]["acceptance_rate"]["median"] <= 1
     assert len(spec["acceptance_at"]) == 2

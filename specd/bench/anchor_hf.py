@@ -56,6 +56,13 @@ class HFRunner:
         if mode.kind == "hf-assisted":
             self.assistant = AutoModelForCausalLM.from_pretrained(str(draft_dir), dtype=torch.float32).eval()
         self.stop_ids = sorted(stop_ids)
+        self.settings = ""
+        if self.assistant is not None:
+            g = self.assistant.generation_config
+            self.settings = (f"{mode.name}: transformers' defaults, num_assistant_tokens="
+                             f"{getattr(g, 'num_assistant_tokens', None)}, schedule "
+                             f"{getattr(g, 'num_assistant_tokens_schedule', None)}, assistant confidence "
+                             f"threshold {getattr(g, 'assistant_confidence_threshold', None)}")
 
     def run(self, task: Task, prompt: list[int], max_tokens: int, rep: int, order: int) -> Measurement:
         ids = torch.tensor([prompt], dtype=torch.long)

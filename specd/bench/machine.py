@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import platform
 import subprocess
@@ -53,10 +54,10 @@ def machine_info() -> dict:
     cpu = _cpuinfo()
     flags = set((cpu.get("flags") or cpu.get("Features") or "").split())
     versions = {"python": platform.python_version(), "torch": torch.__version__}
-    for name in ("transformers", "llama_cpp", "numpy"):
+    for name in ("transformers", "llama-cpp-python", "numpy"):
         try:
-            versions[name] = __import__(name).__version__
-        except (ImportError, AttributeError):
+            versions[name] = md.version(name)
+        except md.PackageNotFoundError:
             pass
     return {
         "cpu": cpu.get("model name") or platform.processor() or platform.machine(),

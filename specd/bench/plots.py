@@ -21,7 +21,8 @@ def draw_all(doc: dict, out: Path) -> list[str]:
     names = []
     runs = doc["runs"]
     modes = list(doc["summary"])
-    subtitle = f"{doc['git'].get('commit', '')[:10]} · {doc['machine']['cores']} cores · {doc['created'][:16]}"
+    commit = (doc["git"].get("commit") or "no git")[:10] + ("+uncommitted" if doc["git"].get("dirty_files") else "")
+    subtitle = f"{commit} · {doc['machine']['cores']} cores · {doc['created'][:16]}"
 
     def save(fig, name: str) -> None:
         fig.tight_layout()

@@ -110,6 +110,8 @@ def run_bench(config: BenchConfig) -> dict:
             note(why)
         else:
             runners.append(runner)
+            if getattr(runner, "settings", ""):
+                notes.append(runner.settings)
 
     per_rep = len(runners)
     curve_steps = (config.verify_reps + 1) * len(SIZES) * (2 if engine.draft else 1) if config.verify_curve else 0
@@ -157,6 +159,12 @@ def run_bench(config: BenchConfig) -> dict:
             "cursor": t.cursor, "provenance": t.provenance(), "prompt_tokens": len(prompts[t.id]),
             "modes": {m: medians[(t.id, m)] for m in modes if (t.id, m) in medians},
         })
+    if any(m.startswith("hf-") for m in modes):
+        notes.append("hf-*: transformers' generate() does not expose its prefill; there, decode ms/token is "
+                     "(end-to-end − TTFT) / (new tokens − 1), and acceptance is not reported")
+    if any(m.startswith("llamacpp-lookup") for m in modes):
+        notes.append("llamacpp-lookup: llama-cpp-python keeps logits for every token when a draft model is set "
+                     "(logits_all), which makes its prefill slower than plain llamacpp's")
     if any(r.peak_rss_mb for r in runs):
         notes.append("peak RSS is this process's high-water mark during each run (Linux VmHWM, reset before "
                      "each run): it includes every model loaded in the process, anchors too")
