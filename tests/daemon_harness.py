@@ -61,7 +61,8 @@ class Daemon:
         raise RuntimeError(f"daemon did not start: {self.output()}")
 
     def output(self) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return self.log_path.read_text(errors="replace")
 
     def signal(self, sig: int = signal.SIGTERM) -> None:

@@ -236,3 +236,72 @@ def test_peer_is_the_same_user(daemon) -> None:
 
     assert stat.S_IMODE(daemon.socket.stat().st_mode) == 0o600
     assert stat.S_IMODE(daemon.socket.parent.stat().st_mode) == 0o700
+
+
+# -- property-based fuzzing ---------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+_junk = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
+                  st.text(max_size=8), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3),
+                                                                                            st.integers(), max_size=2))
+_params = st.fixed_dictionaries({}, optional={
+    "prefix": st.one_of(st.text(max_size=40), _junk),
+    "suffix": st.one_of(st.text(max_size=20), _junk),
+    "max_tokens": st.one_of(st.integers(-2, 6), _junk),
+    "temperature": st.one_of(st.floats(0, 3, allow_nan=False), _junk),
+    "top_p": st.one_of(st.floats(0, 1.2, allow_nan=False), _junk),
+    "top_k": st.one_of(st.integers(-1, 50), _junk),
+    "seed": st.one_of(st.integers(-1, 2**64), _junk),
+    "stop": st.one_of(st.lists(st.text(max_size=3), max_size=3), _junk),
+    "mode": st.one_of(st.sampled_from(["spec", "target", "fast"]), _junk),
+    "stream": st.one_of(st.booleans(), _junk),
+    "session": st.one_of(st.sampled_from(["a", "b"]), _junk),
+    "k": st.one_of(st.integers(-1, 40), _junk),
+    "bogus": _junk,
+})
+_ERROR_CODES = {rpc.PARSE_ERROR, rpc.INVALID_REQUEST, rpc.METHOD_NOT_FOUND, rpc.INVALID_PARAMS,
+                rpc.REQUEST_CANCELLED}
+
+
+def _answer_for(c, rid) -> list[dict]:
+    """Every non-delta message up to the answer to a sentinel request sent after ``rid``'s answer."""
+    got = []
+    while True:
+        msg = c.read_message()
+        if msg.get("method") == "complete/delta":
+            continue
+        got.append(msg)
+        if msg.get("id") == rid:
+            break
+    send(c, "sentinel", "health")
+    while (msg := c.read_message()).get("id") != "sentinel":
+        if msg.get("method") != "complete/delta":
+            got.append(msg)
+    return got
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(method=st.sampled_from(["complete", "complete", "complete", "cancel", "stats", "health", "nope"]),
+       params=st.one_of(_params, _junk))
+def test_fuzzed_requests_get_exactly_one_answer(daemon, method, params) -> None:
+    with daemon.client() as c:
+        send(c, 77, method, params)
+        replies = [m for m in _answer_for(c, 77) if m.get("id") == 77]
+        assert len(replies) == 1, replies
+        (reply,) = replies
+        assert ("result" in reply) != ("error" in reply)
+        if "error" in reply:
+            assert reply["error"]["code"] in _ERROR_CODES, reply
+            assert reply["error"]["message"]
+        assert c.call("health")["status"] == "ok"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.binary(min_size=1, max_size=200).filter(lambda b: b"\n" not in b and b.strip()))
+def test_fuzzed_bytes_get_an_error_and_the_connection_survives(daemon, line) -> None:
+    with daemon.client() as c:
+        c.send_raw(line + b"\n")
+        msg = c.read_message()
+        assert msg["id"] is None and msg["error"]["code"] in (rpc.PARSE_ERROR, rpc.INVALID_REQUEST)
+        assert c.call("health")["status"] == "ok"
