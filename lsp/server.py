@@ -88,9 +88,18 @@ class SpecdLanguageServer(LanguageServer):
 def build_server(backend: Backend, settings: LspSettings = LspSettings()) -> SpecdLanguageServer:
     server = SpecdLanguageServer(backend, settings)
 
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: SpecdLanguageServer, params: types.InitializeParams) -> None:
+        ls.service.settings = apply_options(ls.service.settings, params.initialization_options, ls.log_warning)
+
     @server.feature(types.INITIALIZED)
     def initialized(ls: SpecdLanguageServer, params: types.InitializedParams) -> None:
         ls.in_background(ls.warm_up())
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    def did_change_configuration(ls: SpecdLanguageServer, params: types.DidChangeConfigurationParams) -> None:
+        options = params.settings.get("specd", params.settings) if isinstance(params.settings, dict) else None
+        ls.service.settings = apply_options(ls.service.settings, options, ls.log_warning)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     def did_open(ls: SpecdLanguageServer, params: types.DidOpenTextDocumentParams) -> None:
@@ -122,6 +131,28 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings()) -> Spe
         await ls.service.close()
 
     return server
+
+
+def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:
+    """``initializationOptions`` or ``workspace/didChangeConfiguration`` settings (optionally under
+    ``"specd"``): ``{"maxTokens": int, "repoContext": bool}``; bad values are logged and ignored."""
+    import dataclasses
+
+    if not isinstance(options, dict):
+        return settings
+    max_tokens = options.get("maxTokens")
+    if max_tokens is not None:
+        if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and 1 <= max_tokens <= 4096:
+            settings = dataclasses.replace(settings, max_tokens=max_tokens)
+        else:
+            warn(f"initializationOptions.maxTokens must be an integer in 1..4096, got {max_tokens!r}")
+    repo = options.get("repoContext")
+    if repo is not None:
+        if isinstance(repo, bool):
+            settings = dataclasses.replace(settings, repo_context=repo)
+        else:
+            warn(f"initializationOptions.repoContext must be a boolean, got {repo!r}")
+    return settings
 
 
 def inline_item(s: Suggestion) -> types.InlineCompletionItem:
