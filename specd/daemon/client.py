@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import Counter
 import json
 import socket
 from pathlib import Path
@@ -92,6 +93,7 @@ class AsyncClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future] = {}
         self._deltas: dict[int, Callable[[str], None]] = {}
+        self.answers: Counter = Counter()  # terminal messages received per id (exactly one is right)
         self._reading = asyncio.ensure_future(self._read())
 
     @classmethod
@@ -116,6 +118,7 @@ class AsyncClient:
                     if cb is not None:
                         cb(msg["params"]["text"])
                     continue
+                self.answers[msg.get("id")] += 1
                 fut = self._pending.pop(msg.get("id"), None)
                 if fut is not None and not fut.done():
                     fut.set_result(msg)
