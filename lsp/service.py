@@ -18,6 +18,7 @@ from specd.engine.engine import CompletionRequest
 from specd.lsp.backend import Backend, BackendUnavailable, Superseded
 from specd.lsp.context import OtherFile, RecentEdits, display_path, repo_context
 from specd.lsp.documents import DocumentState, Documents
+from specd.lsp.positions import index_to_column
 from specd.lsp.postprocess import is_mid_line, postprocess
 from specd.lsp.settings import LspSettings
 from specd.lsp.window import Window, cut_window
@@ -156,6 +157,4 @@ def _word_before(line_prefix: str) -> str:
 
 
 def _units(text: str, encoding: str) -> int:
-    from specd.lsp.positions import index_to_column
-
     return index_to_column(text, len(text), encoding)
