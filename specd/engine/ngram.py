@@ -1,0 +1,82 @@
+"""Prompt-lookup (n-gram) drafting: near-free drafts from the text already in the context.
+
+Code repeats itself: an argument list is passed on, a name comes back, the suffix after the cursor
+often holds the very lines being written. ``NgramDrafter`` finds the most recent earlier
+occurrence of the sequence's last n tokens (n from ``max_ngram`` down to ``min_ngram``) anywhere in
+the context — repository context, prefix, suffix (which Qwen's FIM order places before the middle)
+and the tokens generated so far — and proposes what followed it. Its drafts are deterministic (a
+one-hot draft distribution), so the rejection rule keeps the output exactly the target's.
+
+``HybridDrafter`` takes n-gram drafts when a long enough match exists and the draft model's
+otherwise: per round, the cheaper source of likely tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specd.engine.drafters import Drafter, Proposal
+from specd.engine.sampling import SamplingParams
+
+
+def lookup(seq: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2) -> list[int]:
+    """Up to ``k`` tokens that followed the latest earlier occurrence of ``seq``'s tail."""
+    n_total = len(seq)
+    for n in range(min(max_ngram, n_total - 1), min_ngram - 1, -1):
+        tail = seq[n_total - n :]
+        first = tail[0]
+        # latest start j < n_total - n with seq[j:j+n] == tail and a continuation after it
+        for j in range(n_total - n - 1, -1, -1):
+            if seq[j] == first and seq[j : j + n] == tail:
+                return seq[j + n : j + n + k]
+    return []
+
+
+class NgramDrafter:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2, capacity: int = 1 << 30) -> None:
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self._capacity = capacity
+
+    @property
+    def max_len(self) -> int:
+        return self._capacity
+
+    def prefill(self, context: list[int]) -> int:
+        return 0
+
+    def propose(
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal:
+        return Proposal(torch.tensor(lookup(seq, k, self.max_ngram, self.min_ngram), dtype=torch.long), None)
+
+    def commit(self, valid: int) -> None:
+        pass
+
+
+class HybridDrafter:
+    """N-gram drafts when at least ``min_tokens`` are found, else the model's."""
+
+    def __init__(self, ngram: NgramDrafter, model: Drafter, min_tokens: int = 2) -> None:
+        self.ngram, self.model, self.min_tokens = ngram, model, min_tokens
+        self.ngram_rounds = 0
+        self.model_rounds = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.model.max_len
+
+    def prefill(self, context: list[int]) -> int:
+        return self.model.prefill(context)
+
+    def propose(
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+    ) -> Proposal:
+        found = self.ngram.propose(seq, k, params, generator)
+        if found.tokens.numel() >= min(self.min_tokens, k):
+            self.ngram_rounds += 1
+            return found
+        self.model_rounds += 1
+        return self.model.propose(seq, k, params, generator)
+
+    def commit(self, valid: int) -> None:
+        self.model.commit(valid)

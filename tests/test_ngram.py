@@ -1,0 +1,77 @@
+"""Prompt-lookup drafting: what it proposes, and that the output stays the target's."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specd.engine.engine import CompletionRequest
+from specd.engine.ngram import HybridDrafter, NgramDrafter, lookup
+from specd.engine.sampling import SamplingParams
+from specd.engine.speculative import generate
+from tests.test_sampling import _chi2_pvalue, output_distribution
+from tests.tiny import tiny_engine
+from tests.toy import TableLM, table
+
+
+def test_lookup_takes_the_latest_longest_match() -> None:
+    seq = [1, 2, 3, 9, 1, 2, 3, 7, 8, 5, 2, 3]
+    assert lookup(seq, 3) == [7, 8, 5]  # "2 3" last seen before 7
+    assert lookup([5, 6, 7, 5, 6], 4) == [7, 5, 6]
+    assert lookup([1, 2, 3, 4], 3) == []  # no repeated tail
+    assert lookup([4, 4], 3, min_ngram=1) == [4]
+
+
+def test_one_hot_drafts_keep_the_target_distribution_exactly() -> None:
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(12, generator=g, dtype=torch.float64)
+    p /= p.sum()
+    for d in range(12):
+        q = torch.zeros(12, dtype=torch.float64)
+        q[d] = 1.0
+        torch.testing.assert_close(output_distribution(p, q), p, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("drafter", ["ngram", "both"])
+def test_greedy_matches_target_with_lookup_drafts(drafter: str) -> None:
+    engine = tiny_engine(k=4, drafter=drafter)
+    prefix = "x = foo(a, b)\ny = foo(a, b)\nz = foo("
+    spec = engine.complete(CompletionRequest(prefix, "\nfoo(a, b)\n", max_tokens=30))
+    plain = engine.complete(CompletionRequest(prefix, "\nfoo(a, b)\n", max_tokens=30, mode="target"))
+    assert spec.tokens == plain.tokens
+
+
+def test_repetitive_text_is_drafted_by_lookup() -> None:
+    """A target that repeats a cycle: lookup drafts are accepted, with no draft model at all."""
+    t = table(64, 6, seed=1)
+    for pos in range(64):
+        for tok in range(6):
+            t[pos, tok, (tok + 1) % 6] = 50.0  # always continue the cycle 0 1 2 3 4 5 0 ...
+    target = TableLM(t)
+    out, stats = generate(target, [0, 1, 2, 3, 4, 5, 0, 1], max_new_tokens=20, drafter=NgramDrafter(), k=4)
+    assert out == [(2 + i) % 6 for i in range(20)]
+    assert stats.accepted > 10 and stats.rounds < 10
+
+
+@pytest.mark.slow
+def test_lookup_drafts_sample_from_the_target() -> None:
+    import itertools
+
+    vocab, n_new, samples = 3, 3, 100_000
+    prompt = [0, 1, 2, 0, 1]
+    tgt = TableLM(table(16, vocab, seed=21))
+    exact = torch.zeros([vocab] * n_new, dtype=torch.float64)
+    for xs in itertools.product(range(vocab), repeat=n_new):
+        prob, prev = 1.0, prompt[-1]
+        for i, x in enumerate(xs):
+            prob *= float(tgt.next_probs(len(prompt) - 1 + i, prev)[x])
+            prev = x
+        exact[xs] = prob
+    counts = torch.zeros_like(exact)
+    g = torch.Generator().manual_seed(3)
+    drafter = HybridDrafter(NgramDrafter(min_ngram=1), NgramDrafter(min_ngram=1))
+    for _ in range(samples):
+        out, _ = generate(tgt, prompt, max_new_tokens=n_new, params=SamplingParams(temperature=1.0),
+                          drafter=drafter, k=3, generator=g)
+        counts[tuple(out)] += 1
+    assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
