@@ -26,6 +26,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", help="cpu (default) or cuda[:N]")
     g.add_argument("--draft-head-vocab", dest="draft_head_vocab", type=int,
                    help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
+    g.add_argument("--drafter", choices=["model", "ngram", "both"],
+                   help="draft source: the draft model, prompt lookup (n-gram), or both")
     g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
     g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
     g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)
@@ -37,7 +39,7 @@ def _engine_config(args: argparse.Namespace, k: int | None = None):
 
     table = load_toml(args.config).get("engine", {})
     overrides = {name: getattr(args, name, None) for name in
-                 ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
+                 ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab", "drafter", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
     overrides["k"] = k
     return engine_config(table, overrides)
 

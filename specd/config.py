@@ -22,7 +22,7 @@ def default_config_path() -> Path:
 
 
 _ENGINE_KEYS = {"target": str, "draft": (str, type(None)), "target_quant": str, "draft_quant": str,
-                "device": str, "draft_head_vocab": int, "k": int, "max_len": int, "threads": int}
+                "device": str, "draft_head_vocab": int, "drafter": str, "k": int, "max_len": int, "threads": int}
 _WINDOW_KEYS = {"max_prefix_tokens": int, "max_suffix_tokens": int}
 
 

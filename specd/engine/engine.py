@@ -16,7 +16,8 @@ from typing import Callable
 import torch
 
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
-from specd.engine.drafters import ModelDrafter
+from specd.engine.drafters import Drafter, ModelDrafter
+from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import GenerationStats, generate
@@ -49,6 +50,7 @@ class EngineConfig:
     target_quant: str = "int8"  # int8 | fp8 | int4 | bf16 | fp32 (see specd.models.quantize)
     draft_quant: str = "int4"  # int4 | int8 | bf16 | fp32
     draft_head_vocab: int = 0  # >0: the draft scores only the N most frequent code tokens
+    drafter: str = "model"  # model | ngram | both (n-gram when it finds a match, else the model)
     device: str = "cpu"
     k: int = 4  # draft tokens per round
     max_len: int = 4096  # KV cache capacity, tokens
@@ -122,6 +124,22 @@ def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: Causal
         )
 
 
+DRAFTERS = ("model", "ngram", "both")
+
+
+def make_drafter(kind: str, draft: CausalLM | None, capacity: int) -> Drafter | None:
+    """The drafter for ``--drafter``; None when there is nothing to draft with (target only)."""
+    if kind not in DRAFTERS:
+        raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
+    model = ModelDrafter(draft) if draft is not None else None
+    if kind == "model":
+        return model
+    ngram = NgramDrafter(capacity=capacity)
+    if kind == "ngram" or model is None:
+        return ngram
+    return HybridDrafter(ngram, model)
+
+
 class Engine:
     def __init__(
         self,
@@ -138,7 +156,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.config = config
         self.prompts = PromptBuilder(tokenizer, config.windows)
-        self._drafter = ModelDrafter(draft) if draft is not None else None
+        self._drafter = make_drafter(config.drafter, draft, target.max_len)
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
 
@@ -150,7 +168,7 @@ class Engine:
             torch.set_num_threads(config.threads)
         target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device)
         draft = None
-        if config.draft:
+        if config.draft and config.drafter != "ngram":
             draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
                                device=config.device, head_vocab=config.draft_head_vocab)
         return cls(
