@@ -70,10 +70,20 @@ def main() -> None:
     for role, spec, quants in (("target", args.target, args.target_quants), ("draft", args.draft, args.draft_quants)):
         for quant in ["bf16", *quants.split(",")]:
             t0 = time.perf_counter()
+            cached = args.out.parent / f"ref-{spec.replace('/', '_')}-{args.tokens}.pt"
+            if quant == "bf16" and cached.exists():  # the reference does not change between runs
+                lp[(role, quant)] = torch.load(cached)
+                print(f"{role} {quant}: reference from {cached}", flush=True)
+                continue
             m = load_model(spec, quant=quant, max_len=args.tokens + 8)
             if texts is None:
                 texts = held_out_texts(args.tokens, m.tokenizer)
+            elif len(texts[0]) != args.tokens:
+                raise SystemExit("held-out text shorter than --tokens")
             lp[(role, quant)] = [logprobs(m.model, ids) for ids in texts]
+            if quant == "bf16":
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                torch.save(lp[(role, quant)], cached)
             print(f"{role} {quant}: {time.perf_counter() - t0:.0f}s", flush=True)
             del m
             if quant != "bf16":

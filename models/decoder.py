@@ -50,6 +50,8 @@ class Decoder:
         ``specd.models.subvocab``): every other token gets logit -inf."""
         self.config = config
         self.compute_dtype = compute_dtype
+        # called with (linear layer name, its float input) before each linear: calibration
+        self.observer: Callable[[str, torch.Tensor], None] | None = None
         self.device = torch.device(device)
         c = config
         make = linear_factory or (lambda name, weight: DenseLinear(weight.to(compute_dtype)))
@@ -119,6 +121,13 @@ class Decoder:
                 "linear": linears, "norms_biases": small}
 
     # -- the forward ----------------------------------------------------------------------------
+    _KEYS = {"qkv": "qkv", "o_proj": "o", "gate_up": "gate_up", "down_proj": "down"}
+
+    def _apply(self, li: int, name: str, layer: dict, x: torch.Tensor) -> torch.Tensor:
+        if self.observer is not None:
+            self.observer(f"model.layers.{li}.{name}", x)
+        return layer[self._KEYS[name]](x)
+
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         angles = positions.to(self.device, torch.float64)[:, None] * self.inv_freq[None, :]
         angles = torch.cat([angles, angles], dim=-1)  # [n, hd]
@@ -178,7 +187,7 @@ class Decoder:
         x = self.embed[tokens].float()  # [n, H]
         for li, layer in enumerate(self.layers):
             h = self._rms(x, layer["in_norm"])
-            qkv = layer["qkv"](h)  # [n, (nh + 2 nkv) hd]
+            qkv = self._apply(li, "qkv", layer, h)  # [n, (nh + 2 nkv) hd]
             if layer["qkv_bias"] is not None:
                 qkv = qkv + layer["qkv_bias"]
             q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
@@ -195,10 +204,10 @@ class Decoder:
             probs = torch.softmax(scores, dim=-1).view(nkv, group * n, end)
             attn = probs @ values  # [nkv, group * n, hd]
             attn = attn.view(nkv, group, n, hd).permute(2, 0, 1, 3).reshape(n, nh * hd)
-            x = x + layer["o"](attn)
+            x = x + self._apply(li, "o_proj", layer, attn)
             h = self._rms(x, layer["post_norm"])
-            gate, up = layer["gate_up"](h).chunk(2, dim=-1)
-            x = x + layer["down"](F.silu(gate) * up)
+            gate, up = self._apply(li, "gate_up", layer, h).chunk(2, dim=-1)
+            x = x + self._apply(li, "down_proj", layer, F.silu(gate) * up)
         x = self._rms(x, self.norm)
         logits = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
         if self.head_rows is not None:

