@@ -115,7 +115,7 @@ def send(client: Client, rid, method: str, params: dict | None = None) -> None:
     obj = {"jsonrpc": "2.0", "id": rid, "method": method}
     if params is not None:
         obj["params"] = params
-    client.send_raw(json.dumps(obj).encode() + b"\n")
+    client.send_raw(json.dumps(obj, allow_nan=False).encode() + b"\n")
 
 
 def first_delta(client: Client, rid) -> str:

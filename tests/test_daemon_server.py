@@ -32,14 +32,18 @@ def daemon(models):
 @pytest.fixture(scope="module")
 def cold(models):
     """An in-process engine on the same models, reset before every request: cold output."""
+    import torch
+
     target, draft = models
+    threads = torch.get_num_threads()
     engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), max_len=4096, threads=1))
 
     def run(**kw) -> str:
         engine.reset()
         return engine.complete(CompletionRequest(**kw)).text
 
-    return run
+    yield run
+    torch.set_num_threads(threads)  # Engine.load set it process-wide
 
 
 def test_health_and_stats(daemon) -> None:
@@ -242,9 +246,10 @@ def test_peer_is_the_same_user(daemon) -> None:
 
 from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
 
-_junk = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
-                  st.text(max_size=8), st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=3),
-                                                                                            st.integers(), max_size=2))
+_junk = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70),
+                  st.floats(allow_nan=False, allow_infinity=False),  # NaN/Infinity: the parse-error cases
+                  st.text(max_size=8), st.lists(st.integers(), max_size=3),
+                  st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 _params = st.fixed_dictionaries({}, optional={
     "prefix": st.one_of(st.text(max_size=40), _junk),
     "suffix": st.one_of(st.text(max_size=20), _junk),

@@ -39,8 +39,6 @@ def _daemon_config(args: argparse.Namespace):
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import asyncio
-
     from specd.cli import _engine_config
     from specd.daemon.listener import Listener, ListenerError
     from specd.daemon.server import Server, log
@@ -58,17 +56,31 @@ def cmd_serve(args: argparse.Namespace) -> int:
         log(f"loading {engine_config.target} (draft {engine_config.draft})")
         engine = Engine.load(engine_config)
         server = Server(engine, config, listener)
-        try:
-            import uvloop
-
-            runner = asyncio.Runner(loop_factory=uvloop.new_event_loop)
-        except ImportError:
-            log("warning: uvloop is not installed; using the plain asyncio event loop")
-            runner = asyncio.Runner()
-        with runner:
-            return runner.run(server.serve())
+        return _run_on_event_loop(server.serve)
     finally:
         listener.close()
+
+
+def _run_on_event_loop(main: Any) -> int:
+    """Run ``main()`` on a uvloop event loop, or plain asyncio (with a warning) without uvloop."""
+    import asyncio
+
+    from specd.daemon.server import log
+
+    try:
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        log("warning: uvloop is not installed; using the plain asyncio event loop")
+        factory = asyncio.new_event_loop
+    loop = factory()
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 # -- specd complete through the daemon ------------------------------------------------------------
