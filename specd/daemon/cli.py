@@ -13,7 +13,7 @@ def register(subparsers: Any) -> None:
     s = subparsers.add_parser("serve", help="keep the models loaded and serve completions on a Unix socket")
     s.add_argument("--socket", type=Path,
                    help="socket path (default: $XDG_RUNTIME_DIR/specd/specd.sock, else a per-user temp dir)")
-    s.add_argument("--k", type=int, help="draft tokens per round (requests may override)")
+    s.add_argument("--k", type=_k_arg, help="draft tokens per round, or 'auto' (requests may override)")
     s.add_argument("--max-message-bytes", dest="max_message_bytes", type=int,
                    help="largest request line accepted (default 1 MiB)")
     s.add_argument("--drain-timeout", dest="drain_timeout_s", type=float,
@@ -24,6 +24,15 @@ def register(subparsers: Any) -> None:
 
     _add_engine_flags(s)
     s.set_defaults(func=cmd_serve)
+
+
+def _k_arg(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
 
 
 def _daemon_config(args: argparse.Namespace):
@@ -85,10 +94,10 @@ def _run_on_event_loop(main: Any) -> int:
 
 # -- specd complete through the daemon ------------------------------------------------------------
 
-def _comparable(config: dict[str, Any], mode: str) -> dict[str, Any]:
+def _comparable(config: dict[str, Any], mode: str, explicit_k: bool) -> dict[str, Any]:
     """The settings that decide a completion's text (threads do not; the draft does not in
-    target mode)."""
-    skip = {"threads", "k"} | ({"draft", "draft_quant"} if mode == "target" else set())
+    target mode; K does not when the request names it)."""
+    skip = {"threads"} | ({"k"} if explicit_k else set()) | ({"draft", "draft_quant"} if mode == "target" else set())
     return {k: v for k, v in config.items() if k not in skip}
 
 
@@ -112,7 +121,12 @@ def complete_via_daemon(socket_path: Path, explicit: bool, request_params: dict[
             health = client.call("health")
             mine = json.loads(json.dumps(dataclasses.asdict(engine_config), default=str))
             mode = request_params.get("mode", "spec")
-            if _comparable(health.get("engine", {}), mode) != _comparable(mine, mode):
+            k = request_params.get("k")
+            explicit_k = isinstance(k, int) and not isinstance(k, bool)
+            if not explicit_k:  # e.g. "auto": the daemon's own setting must be the same
+                request_params = {n: v for n, v in request_params.items() if n != "k"}
+            theirs = _comparable(health.get("engine", {}), mode, explicit_k)
+            if theirs != _comparable(mine, mode, explicit_k):
                 if explicit:
                     print(f"specd: the daemon on {socket_path} serves other models or settings; "
                           "running in-process", file=sys.stderr)
