@@ -96,9 +96,11 @@ def draw_all(doc: dict, out: Path) -> list[str]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for role, m in vc["models"].items():
             ns = [int(n) for n in m["median"]]
-            ax.plot(ns, [m["median"][str(n)] for n in ns], marker="o", label=f"{role} forward")
+            line, = ax.plot(ns, [m["median"][str(n)] for n in ns], marker="o", label=f"{role} forward")
+            ax.fill_between(ns, [m["p25"][str(n)] for n in ns], [m["p75"][str(n)] for n in ns],
+                            color=line.get_color(), alpha=0.2)
         ax.set_xlabel("tokens in one forward (K + 1 for K drafts)")
-        ax.set_ylabel("ms")
+        ax.set_ylabel("ms per forward (median, p25–p75 band)")
         ax.set_xticks(vc["sizes"])
         ax.legend()
         ax.set_title(f"Forward cost over n new tokens ({vc['context_tokens']}-token context)\n{subtitle}", fontsize=9)

@@ -5,6 +5,7 @@ assemble the result document every output is written from."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,6 +81,13 @@ def _anchor(mode: Mode, config: BenchConfig, engine: Engine) -> tuple[Runner | N
         return None, f"{mode.name}: skipped, failed to load: {type(e).__name__}: {e}"
 
 
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _engine_dict(config: EngineConfig) -> dict:
     """Every engine setting, windows flattened (whatever fields this version's EngineConfig has)."""
     d = dataclasses.asdict(config)
@@ -91,6 +99,7 @@ def run_bench(config: BenchConfig) -> dict:
     config.check()
     notes: list[str] = []
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    load_start = _loadavg()
     note(f"loading target {config.engine.target} and draft {config.engine.draft}")
     engine = Engine.load(config.engine)
     prompts = {t.id: engine.prompts.build(t.prefix, t.suffix) for t in config.tasks}
@@ -159,6 +168,11 @@ def run_bench(config: BenchConfig) -> dict:
             "cursor": t.cursor, "provenance": t.provenance(), "prompt_tokens": len(prompts[t.id]),
             "modes": {m: medians[(t.id, m)] for m in modes if (t.id, m) in medians},
         })
+    load_end = _loadavg()
+    if load_start and load_end and max(load_start[0], load_end[0]) > (machine_info()["cores"] or 1) + 0.5:
+        notes.append(f"the machine was busy: 1-minute load average {load_start[0]:.1f} at the start and "
+                     f"{load_end[0]:.1f} at the end on {machine_info()['cores']} cores; absolute times are "
+                     "inflated, ratios between interleaved modes less so")
     if any(m.startswith("hf-") for m in modes):
         notes.append("hf-*: transformers' generate() does not expose its prefill; there, decode ms/token is "
                      "(end-to-end − TTFT) / (new tokens − 1), and acceptance is not reported")
@@ -173,7 +187,7 @@ def run_bench(config: BenchConfig) -> dict:
         "created": started,
         "command": config.command,
         "git": git_commit(Path(__file__).resolve().parents[2]),
-        "machine": machine_info(),
+        "machine": machine_info() | {"load_avg_start": load_start, "load_avg_end": load_end},
         "config": {
             "engine": _engine_dict(config.engine),
             "modes": modes,
