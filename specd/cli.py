@@ -44,6 +44,15 @@ def _engine_config(args: argparse.Namespace, k: int | None = None):
     return engine_config(table, overrides)
 
 
+def _k_value(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+
+
 def _read_text(text: str | None, path: Path | None, name: str) -> str:
     if path is not None:
         try:
@@ -61,9 +70,9 @@ def cmd_complete(args: argparse.Namespace) -> int:
     request = CompletionRequest(
         prefix=prefix, suffix=suffix, max_tokens=args.max_tokens, temperature=args.temperature,
         top_p=args.top_p, top_k=args.top_k, seed=args.seed, stop=tuple(args.stop or ()),
-        mode=args.mode, k=args.k,
+        mode=args.mode, k=args.k if isinstance(args.k, int) else None,
     )
-    config = _engine_config(args)
+    config = _engine_config(args, k=args.k if args.k == "auto" else None)
     if args.mode == "target":
         config = config.replace(draft=None)
     request.validate(config.max_len)  # fail on bad input before loading models
@@ -177,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int)
     c.add_argument("--stop", action="append", help="stop string (repeatable)")
     c.add_argument("--mode", choices=["spec", "target"], default="spec")
-    c.add_argument("--k", type=int, help="draft tokens per round")
+    c.add_argument("--k", type=_k_value, help="draft tokens per round, or 'auto' (chosen per round)")
     c.add_argument("--json", action="store_true", help="print {text, stats} as one JSON object")
     c.add_argument("--socket", type=Path, help="use the daemon listening here (default: the default socket "
                    "when a daemon listens there); runs in-process when none does")

@@ -22,7 +22,7 @@ def default_config_path() -> Path:
 
 
 _ENGINE_KEYS = {"target": str, "draft": (str, type(None)), "target_quant": str, "draft_quant": str,
-                "device": str, "draft_head_vocab": int, "drafter": str, "k": int, "max_len": int, "threads": int}
+                "device": str, "draft_head_vocab": int, "drafter": str, "k": (int, str), "draft_min_prob": float, "max_len": int, "threads": int}
 _WINDOW_KEYS = {"max_prefix_tokens": int, "max_suffix_tokens": int}
 
 
@@ -48,6 +48,8 @@ def engine_config(table: dict[str, Any], overrides: dict[str, Any]) -> EngineCon
         if key in _ENGINE_KEYS:
             if not isinstance(value, _ENGINE_KEYS[key]) or isinstance(value, bool):
                 raise ConfigError(f"engine.{key}: wrong type {type(value).__name__}")
+            if key == "k" and isinstance(value, str) and value != "auto":
+                raise ConfigError(f"engine.k: an integer or \"auto\", got {value!r}")
             values[key] = value
         elif key in _WINDOW_KEYS:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

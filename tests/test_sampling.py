@@ -113,8 +113,9 @@ def _chi2_pvalue(observed: torch.Tensor, expected: torch.Tensor) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("k", [1, 4])
-def test_speculative_samples_follow_target(k: int) -> None:
+@pytest.mark.parametrize("k, min_prob", [(1, 0.0), (4, 0.0), (4, 0.5)])
+def test_speculative_samples_follow_target(k: int, min_prob: float) -> None:
+    """min_prob > 0: the draft stops early on low confidence; the output must not change."""
     vocab, n_new, samples = 4, 3, 100_000
     prompt = [1, 3, 0]
     tgt, drf = TableLM(table(16, vocab, seed=11)), TableLM(table(16, vocab, seed=12, scale=1.0))
@@ -128,7 +129,7 @@ def test_speculative_samples_follow_target(k: int) -> None:
         exact[xs] = prob
     counts = torch.zeros_like(exact)
     g = torch.Generator().manual_seed(k)
-    drafter = ModelDrafter(drf)
+    drafter = ModelDrafter(drf, min_prob=min_prob)
     for _ in range(samples):
         out, _ = generate(tgt, prompt, max_new_tokens=n_new, params=params, drafter=drafter, k=k,
                           generator=g)

@@ -46,8 +46,10 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A small language model as the drafter; its KV cache follows the accepted sequence."""
 
-    def __init__(self, model: CausalLM) -> None:
+    def __init__(self, model: CausalLM, min_prob: float = 0.0) -> None:
         self.model = model
+        # stop drafting a round once the draft's probability of its own next token is below this
+        self.min_prob = min_prob
 
     @property
     def max_len(self) -> int:
@@ -68,17 +70,24 @@ class ModelDrafter:
         feed = torch.tensor(seq[model.cache_len :], dtype=torch.long)  # catch-up + last token
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
-        for _ in range(k):
+        for i in range(k):
             logits = model.forward(feed)[-1]  # [V]
+            # Stop on the draft's confidence at this position (its top probability), decided
+            # before sampling: a rule that looked at the sampled token itself would bias which
+            # drafts get verified, and the output would no longer follow the target exactly.
             if params.greedy:
+                if i > 0 and self.min_prob > 0 and float(torch.softmax(logits, -1).max()) < self.min_prob:
+                    break
                 d = int(torch.argmax(logits))
             else:
                 q = warp(logits, params)
+                if i > 0 and float(q.max()) < self.min_prob:
+                    break
                 d = sample(q, generator)
                 rows.append(q)
             tokens.append(d)
             feed = torch.tensor([d], dtype=torch.long)
-        # the cache now holds seq + d_1..d_{k-1}; d_k was never fed
+        # the cache now holds seq + d_1..d_{k-1} (k = drafts kept; an early stop also fed d_k)
         probs = torch.stack(rows) if rows else None  # [k, V]
         return Proposal(torch.tensor(tokens, dtype=torch.long), probs)
 

@@ -18,6 +18,7 @@ import torch
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.ngram import HybridDrafter, NgramDrafter
+from specd.engine.policy import AdaptiveK, CostModel, cached_costs
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import GenerationStats, generate
@@ -52,7 +53,8 @@ class EngineConfig:
     draft_head_vocab: int = 0  # >0: the draft scores only the N most frequent code tokens
     drafter: str = "model"  # model | ngram | both (n-gram when it finds a match, else the model)
     device: str = "cpu"
-    k: int = 4  # draft tokens per round
+    k: int | str = 4  # draft tokens per round, or "auto" (AdaptiveK from measured costs)
+    draft_min_prob: float = 0.0  # the model drafter stops a round below this top probability
     max_len: int = 4096  # KV cache capacity, tokens
     windows: PromptWindows = field(default_factory=PromptWindows)
     threads: int = 0  # torch intra-op threads; 0 = torch's default
@@ -127,11 +129,11 @@ def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: Causal
 DRAFTERS = ("model", "ngram", "both")
 
 
-def make_drafter(kind: str, draft: CausalLM | None, capacity: int) -> Drafter | None:
+def make_drafter(kind: str, draft: CausalLM | None, capacity: int, min_prob: float = 0.0) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only)."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
-    model = ModelDrafter(draft) if draft is not None else None
+    model = ModelDrafter(draft, min_prob) if draft is not None else None
     if kind == "model":
         return model
     ngram = NgramDrafter(capacity=capacity)
@@ -156,7 +158,12 @@ class Engine:
         self.tokenizer = tokenizer
         self.config = config
         self.prompts = PromptBuilder(tokenizer, config.windows)
-        self._drafter = make_drafter(config.drafter, draft, target.max_len)
+        if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= 32)):
+            raise ValueError(f"k must be 0..32 or 'auto', got {config.k!r}")
+        self._drafter = make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob)
+        self._policy: AdaptiveK | None = None
+        if config.k == "auto" and self._drafter is not None:
+            self._policy = AdaptiveK(self._costs())
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
 
@@ -192,7 +199,13 @@ class Engine:
                 f"prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds the "
                 f"context of {self.config.max_len} tokens",
             )
-        k = self.config.k if request.k is None else request.k
+        k: int | AdaptiveK
+        if request.k is not None:
+            k = request.k
+        elif self._policy is not None:
+            k = self._policy
+        else:
+            k = self.config.k if isinstance(self.config.k, int) else 0
         speculate = request.mode == "spec" and self._drafter is not None
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
         stream = _TextStream(self.tokenizer, request.stop, on_delta)
@@ -205,9 +218,10 @@ class Engine:
         with self._lock:
             drafter, loop_k = self._drafter if speculate else None, k
             ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer)
-            if speculate and params.greedy and k > 0 and ahead:  # greedy only: sampling stays seeded
-                drafter = LookaheadDrafter(ahead, len(prompt), self._drafter, k)
-                loop_k = max(k, len(ahead))
+            k_max = k if isinstance(k, int) else k.k_max
+            if speculate and params.greedy and k_max > 0 and ahead:  # greedy only: sampling stays seeded
+                drafter = LookaheadDrafter(ahead, len(prompt), self._drafter, k_max)
+                loop_k = max(k_max, len(ahead))
             try:
                 tokens, stats = generate(
                     self.target, prompt, max_new_tokens=request.max_tokens, params=params,
@@ -224,6 +238,23 @@ class Engine:
                 self._continuation.remember(request.prefix, request.suffix, text, tokens)
         proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
         return Completion(text, tokens, stats, proposed)
+
+    def _costs(self) -> CostModel:
+        """Measured step costs for the K policy, cached per machine and model pair."""
+        import hashlib
+        import platform
+
+        from specd.models.registry import cache_root
+
+        draft_model = self.draft if self.config.drafter != "ngram" else None
+        key = "|".join(map(str, (self.config.target, self.config.target_quant, self.config.draft,
+                                 self.config.draft_quant, self.config.draft_head_vocab, self.config.drafter,
+                                 platform.machine(), platform.processor(), torch.get_num_threads())))
+        path = cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+        cost = cached_costs(path, self.target, draft_model)
+        if draft_model is None:  # n-gram drafts are free
+            cost = CostModel(0.0, cost.verify_ms)
+        return cost
 
     def reset(self) -> None:
         """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""

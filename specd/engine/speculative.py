@@ -26,6 +26,7 @@ from specd.engine.sampling import (
     verify_stochastic,
     warp,
 )
+from specd.engine.policy import FixedK, KPolicy
 from specd.models.protocol import CausalLM
 
 
@@ -91,7 +92,7 @@ def generate(
     max_new_tokens: int,
     params: SamplingParams = SamplingParams(),
     drafter: Drafter | None = None,
-    k: int = 4,
+    k: "int | KPolicy" = 4,
     stop_ids: frozenset[int] = frozenset(),
     generator: torch.Generator | None = None,
     on_round: RoundCallback | None = None,
@@ -102,7 +103,8 @@ def generate(
     """
     if not prompt:
         raise ValueError("empty prompt")
-    speculate = drafter is not None and k > 0
+    policy = FixedK(k) if isinstance(k, int) else k
+    speculate = drafter is not None and policy.k_max > 0
     stats = GenerationStats(mode="spec" if speculate else "target", prompt_tokens=len(prompt))
     t0 = time.perf_counter()
 
@@ -126,8 +128,10 @@ def generate(
         remaining = budget - len(out)
         if speculate:
             # never draft past the budget: K drafts + 1 recovered/bonus token
-            kr = min(k, remaining - 1)
+            kr = min(policy.choose(), remaining - 1)
+            drafted_before, accepted_before = stats.drafted, stats.accepted
             new = _speculative_round(target, drafter, seq, kr, params, generator, stats)
+            policy.observe(stats.drafted - drafted_before, stats.accepted - accepted_before)
         else:
             new = [_target_step(target, seq, params, generator).next_token]
         stats.rounds += 1

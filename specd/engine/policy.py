@@ -1,0 +1,144 @@
+"""How many tokens to draft each round.
+
+``FixedK`` drafts K every round. ``AdaptiveK`` chooses K per round to maximise expected tokens per
+second from a measured cost model and running acceptance estimates:
+
+    E(K) = 1 + sum_{j=1..K} prod_{i<=j} a_i          (a_i: acceptance of draft position i,
+                                                        given the ones before it were accepted)
+    time(K) = K * t_draft + T_target(K + 1),  time(0) = T_target(1)
+
+and picks K = 0 — plain decoding — when no K beats the target alone on this hardware. The model
+drafter also stops mid-round when its own confidence in the next draft falls below ``min_prob``
+(as llama.cpp's ``p_min``): code structure (brackets, boilerplate) is drafted far, invented names
+are not.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+
+from specd.models.protocol import CausalLM
+
+
+class KPolicy(Protocol):
+    k_max: int
+
+    def choose(self) -> int: ...
+
+    def observe(self, drafted: int, accepted: int) -> None: ...
+
+
+@dataclass
+class FixedK:
+    k_max: int
+
+    def choose(self) -> int:
+        return self.k_max
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Measured milliseconds: one draft step, and a target forward over n = 1, 2, ... tokens."""
+
+    draft_ms: float
+    verify_ms: tuple[float, ...]  # index n-1: T_target(n)
+
+    def target(self, n: int) -> float:
+        if n <= len(self.verify_ms):
+            return self.verify_ms[n - 1]
+        # beyond what was measured: extend linearly from the last two points
+        a, b = self.verify_ms[-2], self.verify_ms[-1]
+        return b + (b - a) * (n - len(self.verify_ms))
+
+    def to_json(self) -> str:
+        return json.dumps({"draft_ms": self.draft_ms, "verify_ms": list(self.verify_ms)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "CostModel":
+        d = json.loads(text)
+        return cls(float(d["draft_ms"]), tuple(float(x) for x in d["verify_ms"]))
+
+
+class AdaptiveK:
+    def __init__(self, cost: CostModel, k_max: int = 8, prior: float = 0.7, decay: float = 0.1) -> None:
+        self.cost = cost
+        self.k_max = k_max
+        self.decay = decay
+        self.alpha = [prior] * k_max  # conditional acceptance per draft position
+
+    def expected_rate(self, k: int) -> float:
+        """Expected tokens per millisecond when drafting ``k``."""
+        tokens, survive = 1.0, 1.0
+        for i in range(k):
+            survive *= self.alpha[i]
+            tokens += survive
+        ms = self.cost.target(1) if k == 0 else k * self.cost.draft_ms + self.cost.target(k + 1)
+        return tokens / ms
+
+    def choose(self) -> int:
+        return max(range(self.k_max + 1), key=lambda k: (self.expected_rate(k), -k))
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        for i in range(min(drafted, self.k_max)):
+            if i < accepted:
+                self.alpha[i] += self.decay * (1.0 - self.alpha[i])
+            else:  # position accepted+1 was rejected; later ones were never judged
+                self.alpha[i] += self.decay * (0.0 - self.alpha[i])
+                break
+
+
+@torch.inference_mode()
+def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = (1, 2, 3, 5, 9),
+                  context: int = 128, reps: int = 3) -> CostModel:
+    """Time target forwards over n new tokens (after ``context`` cached ones) and one draft step.
+    Medians of ``reps``; the caches are left empty."""
+
+    def timed(model: CausalLM, n: int) -> float:
+        runs = []
+        for _ in range(reps):
+            model.rollback(context)
+            t0 = time.perf_counter()
+            model.forward((torch.arange(n) * 7 + 3) % model.vocab_size)
+            runs.append((time.perf_counter() - t0) * 1e3)
+        return sorted(runs)[len(runs) // 2]
+
+    models = [m for m in (target, draft) if m is not None]
+    for m in models:
+        m.rollback(0)
+        m.forward((torch.arange(context) * 13 + 5) % m.vocab_size)
+    measured = {n: timed(target, n) for n in sizes}
+    verify = []
+    for n in range(1, max(sizes) + 1):  # interpolate the sizes not measured
+        lo = max(s for s in sizes if s <= n)
+        hi = min(s for s in sizes if s >= n)
+        frac = 0.0 if hi == lo else (n - lo) / (hi - lo)
+        verify.append(measured[lo] + frac * (measured[hi] - measured[lo]))
+    draft_ms = timed(draft, 1) if draft is not None else float("inf")
+    for m in models:
+        m.rollback(0)
+    return CostModel(draft_ms, tuple(verify))
+
+
+def cached_costs(path: Path, target: CausalLM, draft: CausalLM | None) -> CostModel:
+    """The cost model stored at ``path`` (per machine and model pair), measured once if absent."""
+    if path.exists():
+        try:
+            return CostModel.from_json(path.read_text())
+        except (ValueError, KeyError):
+            pass
+    cost = measure_costs(target, draft)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(cost.to_json())
+    except OSError:
+        pass
+    return cost

@@ -1,0 +1,66 @@
+"""The K policy: K from measured costs and running acceptance; output unchanged."""
+
+from __future__ import annotations
+
+import pytest
+
+from specd.engine.drafters import ModelDrafter
+from specd.engine.engine import CompletionRequest
+from specd.engine.policy import AdaptiveK, CostModel, FixedK, measure_costs
+from specd.engine.speculative import generate
+from tests.tiny import tiny_decoder, tiny_engine
+from tests.toy import TableLM, table
+
+
+def test_k_zero_when_verification_costs_n_steps() -> None:
+    """Verifying n tokens costs n target steps: no K can pay, whatever the acceptance."""
+    policy = AdaptiveK(CostModel(draft_ms=1.0, verify_ms=tuple(10.0 * n for n in range(1, 18))), prior=0.95)
+    assert policy.choose() == 0
+
+
+def test_large_k_when_verification_is_cheap_and_drafts_are_accepted() -> None:
+    policy = AdaptiveK(CostModel(draft_ms=0.5, verify_ms=tuple(10.0 + 0.5 * n for n in range(1, 18))), prior=0.9)
+    assert policy.choose() >= 6
+
+
+def test_acceptance_estimates_follow_observations() -> None:
+    policy = AdaptiveK(CostModel(draft_ms=2.0, verify_ms=tuple(10.0 + 2 * n for n in range(1, 18))))
+    k_before = policy.choose()
+    for _ in range(60):
+        policy.observe(drafted=4, accepted=0)  # the first draft is always rejected
+    assert policy.alpha[0] < 0.05 and policy.choose() == 0 < k_before
+    for _ in range(200):
+        policy.observe(drafted=4, accepted=4)
+    assert policy.choose() > 0
+
+
+def test_cost_model_extends_beyond_measurements() -> None:
+    cost = CostModel(1.0, (10.0, 12.0, 14.0))
+    assert cost.target(5) == 18.0 and CostModel.from_json(cost.to_json()) == cost
+
+
+def test_measured_costs_are_positive_and_leave_caches_empty() -> None:
+    target, draft = tiny_decoder(seed=0), tiny_decoder(seed=1)
+    cost = measure_costs(target, draft, sizes=(1, 3), context=16, reps=1)
+    assert len(cost.verify_ms) == 3 and all(t > 0 for t in cost.verify_ms) and cost.draft_ms > 0
+    assert target.cache_len == 0 and draft.cache_len == 0
+
+
+def test_greedy_matches_target_with_adaptive_k(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))
+    engine = tiny_engine(k="auto")
+    prefix = "def add(a, b):\n    return "
+    spec = engine.complete(CompletionRequest(prefix, max_tokens=30))
+    plain = engine.complete(CompletionRequest(prefix, max_tokens=30, mode="target"))
+    assert spec.tokens == plain.tokens
+    assert list((tmp_path / "costs").glob("*.json"))  # measured once, cached per machine and pair
+
+
+@pytest.mark.parametrize("policy", [FixedK(3), AdaptiveK(CostModel(0.1, (1.0, 1.05, 1.1, 1.15, 1.2)), k_max=4)])
+def test_greedy_identity_with_early_stopping_drafter(policy) -> None:
+    t = table(64, 10, seed=9)
+    target, draft = TableLM(t), TableLM(t + 0.5 * table(64, 10, seed=10))
+    plain, _ = generate(target, [1, 2, 3], max_new_tokens=25)
+    target.rollback(0)
+    out, stats = generate(target, [1, 2, 3], max_new_tokens=25, drafter=ModelDrafter(draft, min_prob=0.6), k=policy)
+    assert out == plain
