@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,8 +27,10 @@ def tiny_pair(root: Path) -> tuple[Path, Path]:
 
 
 def short_dir() -> Path:
-    """A directory for sockets: AF_UNIX paths must stay under ~107 bytes."""
-    return Path(tempfile.mkdtemp(prefix="sd-", dir="/tmp"))
+    """A directory for sockets: AF_UNIX paths must stay under ~107 bytes (removed at exit)."""
+    path = Path(tempfile.mkdtemp(prefix="sd-", dir="/tmp"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def env_for(runtime: Path) -> dict[str, str]:
