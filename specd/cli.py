@@ -45,12 +45,12 @@ def _engine_config(args: argparse.Namespace, k: int | None = None):
 
 
 def _k_value(text: str) -> int | str:
-    if text == "auto":
-        return text
+    from specd.config import parse_k
+
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+        return parse_k(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _read_text(text: str | None, path: Path | None, name: str) -> str:

@@ -16,6 +16,16 @@ class ConfigError(ValueError):
     pass
 
 
+def parse_k(text: str) -> int | str:
+    """A ``--k`` value: an integer, or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer or 'auto', got {text!r}") from None
+
+
 def default_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "specd" / "config.toml"

@@ -11,7 +11,7 @@ from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import generate
 from tests.test_sampling import _chi2_pvalue, output_distribution
 from tests.tiny import tiny_engine
-from tests.toy import TableLM, table
+from tests.toy import TableLM, exact_joint, table
 
 
 def test_lookup_takes_the_latest_longest_match() -> None:
@@ -55,18 +55,10 @@ def test_repetitive_text_is_drafted_by_lookup() -> None:
 
 @pytest.mark.slow
 def test_lookup_drafts_sample_from_the_target() -> None:
-    import itertools
-
     vocab, n_new, samples = 3, 3, 100_000
     prompt = [0, 1, 2, 0, 1]
     tgt = TableLM(table(16, vocab, seed=21))
-    exact = torch.zeros([vocab] * n_new, dtype=torch.float64)
-    for xs in itertools.product(range(vocab), repeat=n_new):
-        prob, prev = 1.0, prompt[-1]
-        for i, x in enumerate(xs):
-            prob *= float(tgt.next_probs(len(prompt) - 1 + i, prev)[x])
-            prev = x
-        exact[xs] = prob
+    exact = exact_joint(tgt, prompt, n_new)
     counts = torch.zeros_like(exact)
     g = torch.Generator().manual_seed(3)
     drafter = HybridDrafter(NgramDrafter(min_ngram=1), NgramDrafter(min_ngram=1))

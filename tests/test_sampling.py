@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 
 import pytest
 import torch
@@ -18,7 +17,7 @@ from specd.engine.sampling import (
     warp,
 )
 from specd.engine.speculative import generate
-from tests.toy import TableLM, table
+from tests.toy import TableLM, exact_joint, table
 
 
 def output_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -120,13 +119,7 @@ def test_speculative_samples_follow_target(k: int, min_prob: float) -> None:
     prompt = [1, 3, 0]
     tgt, drf = TableLM(table(16, vocab, seed=11)), TableLM(table(16, vocab, seed=12, scale=1.0))
     params = SamplingParams(temperature=1.0)
-    exact = torch.zeros([vocab] * n_new, dtype=torch.float64)
-    for xs in itertools.product(range(vocab), repeat=n_new):
-        prob, prev = 1.0, prompt[-1]
-        for i, x in enumerate(xs):
-            prob *= float(tgt.next_probs(len(prompt) - 1 + i, prev)[x])
-            prev = x
-        exact[xs] = prob
+    exact = exact_joint(tgt, prompt, n_new)
     counts = torch.zeros_like(exact)
     g = torch.Generator().manual_seed(k)
     drafter = ModelDrafter(drf, min_prob=min_prob)

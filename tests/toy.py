@@ -54,3 +54,18 @@ class TableLM:
 def table(max_len: int, vocab: int, seed: int, scale: float = 1.5) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(max_len, vocab, vocab, generator=g) * scale
+
+
+def exact_joint(target: TableLM, prompt: list[int], n_new: int) -> torch.Tensor:
+    """P(first ``n_new`` generated tokens = xs) under ``target``, for every xs: ``[V] * n_new``."""
+    import itertools
+
+    vocab = target.vocab_size
+    exact = torch.zeros([vocab] * n_new, dtype=torch.float64)
+    for xs in itertools.product(range(vocab), repeat=n_new):
+        prob, prev = 1.0, prompt[-1]
+        for i, x in enumerate(xs):
+            prob *= float(target.next_probs(len(prompt) - 1 + i, prev)[x])
+            prev = x
+        exact[xs] = prob
+    return exact

@@ -27,12 +27,12 @@ def register(subparsers: Any) -> None:
 
 
 def _k_arg(text: str) -> int | str:
-    if text == "auto":
-        return text
+    from specd.config import parse_k
+
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer or 'auto', got {text!r}") from None
+        return parse_k(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _daemon_config(args: argparse.Namespace):
