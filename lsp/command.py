@@ -8,8 +8,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ENGINE_FLAGS = ("config", "target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab",
-                "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +31,9 @@ def register(subparsers: Any) -> None:
 def engine_argv(args: argparse.Namespace) -> list[str]:
     """The engine flags given to ``specd lsp``, for the ``specd serve`` it starts."""
     out: list[str] = []
-    for name in ENGINE_FLAGS:
+    from specd.cli import ENGINE_FLAG_NAMES
+
+    for name in ("config", *ENGINE_FLAG_NAMES):
         value = getattr(args, name, None)
         if value is not None:
             out += [f"--{name.replace('_', '-')}", str(value)]

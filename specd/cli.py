@@ -14,6 +14,11 @@ from specd.lsp.command import register as register_lsp
 from specd.bench.command import register as register_bench
 
 
+# the engine settings `_add_engine_flags` defines (besides --config), as argparse dest names
+ENGINE_FLAG_NAMES = ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab",
+                     "drafter", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")
+
+
 def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and engine (override the config file)")
     g.add_argument("--config", type=Path, help="TOML config file (default: $XDG_CONFIG_HOME/specd/config.toml)")
@@ -38,8 +43,7 @@ def _engine_config(args: argparse.Namespace, k: int | None = None):
     from specd.config import engine_config, load_toml
 
     table = load_toml(args.config).get("engine", {})
-    overrides = {name: getattr(args, name, None) for name in
-                 ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab", "drafter", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")}
+    overrides = {name: getattr(args, name, None) for name in ENGINE_FLAG_NAMES}
     overrides["k"] = k
     return engine_config(table, overrides)
 
