@@ -69,16 +69,47 @@ def test_tree_mask_equals_separate_branches() -> None:
     assert model.cache_len == 4 and int(model.cache.tokens[3]) == 9
 
 
-def test_bf16_logits_do_not_depend_on_batch() -> None:
+@pytest.mark.parametrize("context", [8, 700])
+def test_bf16_logits_do_not_depend_on_batch(context: int) -> None:
     """Batch invariance: a position's logits are bit-identical whether it is scored alone or with
-    others (bf16 path). Greedy speculative == greedy target-only rests on this."""
-    model = tiny_decoder(seed=5, dtype=torch.bfloat16, hidden=64, heads=4, kv_heads=2)
-    ids = torch.randint(0, model.vocab_size, (20,), generator=torch.Generator().manual_seed(6))
-    model.forward(ids[:8])
-    together = model.forward(ids[8:])
-    model.rollback(8)
-    alone = torch.cat([model.forward(ids[i:i + 1]) for i in range(8, 20)])
+    others (bf16 path). Greedy speculative == greedy target-only rests on this. At 700 cached
+    positions one batched attention matmul over all rows broke it (logits moved by 0.16)."""
+    model = tiny_decoder(seed=5, dtype=torch.bfloat16, hidden=64, heads=4, kv_heads=2, max_len=1024)
+    ids = torch.randint(0, model.vocab_size, (context + 12,), generator=torch.Generator().manual_seed(6))
+    model.forward(ids[:context])
+    together = model.forward(ids[context:])
+    model.rollback(context)
+    alone = torch.cat([model.forward(ids[i:i + 1]) for i in range(context, context + 12)])
     assert torch.equal(together, alone)
+
+
+def test_prefill_in_one_or_many_chunks_gives_identical_caches() -> None:
+    """A warm request (cache reused, a few new tokens) computes what a cold one does, bit for bit."""
+    model = tiny_decoder(seed=7, dtype=torch.bfloat16, hidden=64, heads=4, kv_heads=2, max_len=1024)
+    ids = torch.randint(0, model.vocab_size, (640,), generator=torch.Generator().manual_seed(8))
+    cold = model.forward(ids)[-1]
+    model.rollback(0)
+    model.forward(ids[:600])
+    warm = model.forward(ids[600:])[-1]
+    assert torch.equal(cold, warm)
+
+
+def test_tree_rows_are_bit_identical_to_sequential_runs() -> None:
+    """A long cached prefix, then a tree: root, chain c1 c2, and a sibling s of c1. Every row's
+    logits equal, bit for bit, the logits of the same tokens fed one at a time along their branch."""
+    model = tiny_decoder(seed=9, dtype=torch.bfloat16, hidden=64, heads=4, kv_heads=2, max_len=1024)
+    prefix = torch.randint(0, model.vocab_size, (650,), generator=torch.Generator().manual_seed(10))
+    root, c1, c2, sib = 11, 22, 33, 44
+    model.forward(prefix)
+    chain = torch.cat([model.forward(torch.tensor([t])) for t in (root, c1, c2)])
+    model.rollback(650)
+    branch = torch.cat([model.forward(torch.tensor([t])) for t in (root, sib)])
+    model.rollback(650)
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 0, 0, 1]], dtype=torch.bool)
+    tree = model.forward(torch.tensor([root, c1, c2, sib]), positions=torch.tensor([650, 651, 652, 651]),
+                         attn_mask=mask)
+    assert torch.equal(tree[:3], chain)
+    assert torch.equal(tree[3], branch[1])
 
 
 def test_context_overflow_is_a_clear_error() -> None:
