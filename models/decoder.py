@@ -259,6 +259,10 @@ class Decoder:
     def rollback(self, length: int) -> None:
         self.cache.rollback(length)
 
+    def keep(self, start: int, indices: torch.Tensor) -> None:
+        """Keep cached positions ``start + indices`` (ascending) as ``start, start+1, ...``."""
+        self.cache.keep(start, indices)
+
     def reset(self) -> None:
         self.cache.rollback(0)
 

@@ -33,4 +33,9 @@ class CausalLM(Protocol):
 
     def rollback(self, length: int) -> None: ...
 
+    def keep(self, start: int, indices: torch.Tensor) -> None:
+        """After a token-tree forward: keep positions ``start + indices`` (ascending) as
+        ``start, start+1, ...`` and forget the rest."""
+        ...
+
     def common_prefix(self, tokens: torch.Tensor) -> int: ...

@@ -33,7 +33,12 @@ class TableLM:
         if start + len(ids) > self.max_len:
             raise ValueError("context full")
         self.tokens += ids
-        return self.table[torch.arange(start, start + len(ids)), tokens]
+        if positions is None:
+            positions = torch.arange(start, start + len(ids))
+        return self.table[positions, tokens]
+
+    def keep(self, start: int, indices: torch.Tensor) -> None:
+        self.tokens = self.tokens[:start] + [self.tokens[start + int(i)] for i in indices]
 
     def rollback(self, length: int) -> None:
         assert 0 <= length <= len(self.tokens)

@@ -15,10 +15,25 @@ from specd.models.protocol import CausalLM
 @dataclass(frozen=True)
 class Proposal:
     """``tokens``: ``[k]`` drafts; ``probs``: ``[k, V]`` the draft distributions they were drawn
-    from, or None when drafting was greedy/deterministic (one-hot on each draft)."""
+    from, or None when drafting was greedy/deterministic (one-hot on each draft).
+
+    ``parents`` None: a chain, each draft follows the previous one. Otherwise a token tree
+    (``specd.engine.tree``): ``parents[j]`` is node ``j``'s parent (``-1``: the last emitted token),
+    the chain comes first (node ``i`` at depth ``i + 1``) and the extra candidates after it."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
+    parents: list[int] | None = None
+
+    @property
+    def chain_len(self) -> int:
+        """Leading nodes that form a chain (all of them without ``parents``)."""
+        if self.parents is None:
+            return int(self.tokens.numel())
+        n = 0
+        while n < len(self.parents) and self.parents[n] == n - 1:
+            n += 1
+        return n
 
 
 class Drafter(Protocol):
@@ -46,10 +61,17 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A small language model as the drafter; its KV cache follows the accepted sequence."""
 
-    def __init__(self, model: CausalLM, min_prob: float = 0.0) -> None:
+    def __init__(self, model: CausalLM, min_prob: float = 0.0, branch: int = 1,
+                 branch_below: float = 1.0) -> None:
         self.model = model
         # stop drafting a round once the draft's probability of its own next token is below this
         self.min_prob = min_prob
+        # token trees: where the draft's top probability is below ``branch_below``, propose
+        # ``branch`` candidates instead of one (the chain continues from the first)
+        if branch < 1:
+            raise ValueError(f"branch must be >= 1, got {branch}")
+        self.branch = branch
+        self.branch_below = branch_below
 
     @property
     def max_len(self) -> int:
@@ -70,26 +92,40 @@ class ModelDrafter:
         feed = torch.tensor(seq[model.cache_len :], dtype=torch.long)  # catch-up + last token
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
+        extra: list[tuple[int, int, torch.Tensor | None]] = []  # (depth index, token, q row)
         for i in range(k):
             logits = model.forward(feed)[-1]  # [V]
-            # Stop on the draft's confidence at this position (its top probability), decided
-            # before sampling: a rule that looked at the sampled token itself would bias which
-            # drafts get verified, and the output would no longer follow the target exactly.
+            # Stop (and branch) on the draft's confidence at this position (its top probability),
+            # decided before sampling: a rule that looked at the sampled token itself would bias
+            # which drafts get verified, and the output would no longer follow the target exactly.
             if params.greedy:
-                if i > 0 and self.min_prob > 0 and float(torch.softmax(logits, -1).max()) < self.min_prob:
+                top = float(torch.softmax(logits, -1).max()) if (self.min_prob > 0 or self.branch > 1) else 1.0
+                if i > 0 and top < self.min_prob:
                     break
-                d = int(torch.argmax(logits))
+                width = self.branch if top < self.branch_below else 1
+                best = torch.topk(logits, width).indices.tolist()
+                d = best[0]
+                extra += [(i, t, None) for t in best[1:]]
             else:
                 q = warp(logits, params)
-                if i > 0 and float(q.max()) < self.min_prob:
+                top = float(q.max())
+                if i > 0 and top < self.min_prob:
                     break
                 d = sample(q, generator)
                 rows.append(q)
+                if top < self.branch_below:  # more candidates drawn independently from q
+                    extra += [(i, sample(q, generator), q) for _ in range(self.branch - 1)]
             tokens.append(d)
             feed = torch.tensor([d], dtype=torch.long)
         # the cache now holds seq + d_1..d_{k-1} (k = drafts kept; an early stop also fed d_k)
-        probs = torch.stack(rows) if rows else None  # [k, V]
-        return Proposal(torch.tensor(tokens, dtype=torch.long), probs)
+        parents = None
+        if extra:  # a tree: the chain, then each extra candidate as a sibling of chain node i
+            parents = list(range(-1, len(tokens) - 1)) + [i - 1 for i, _, _ in extra]
+            tokens += [t for _, t, _ in extra]
+            if rows:
+                rows += [q for _, _, q in extra]
+        probs = torch.stack(rows) if rows else None  # [k, V] (tree: [T, V])
+        return Proposal(torch.tensor(tokens, dtype=torch.long), probs, parents)
 
     def commit(self, valid: int) -> None:
         if self.model.cache_len > valid:

@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from specd.engine.drafters import Drafter
+from specd.engine import tree
+from specd.engine.drafters import Drafter, Proposal
 from specd.engine.sampling import (
     SamplingParams,
     Verdict,
@@ -41,6 +42,8 @@ class GenerationStats:
     accepted: int = 0
     drafted_at: list[int] = field(default_factory=list)  # per draft position i: rounds that drafted it
     accepted_at: list[int] = field(default_factory=list)  # ... and rounds that accepted it
+    tree_nodes: int = 0  # token-tree rounds: nodes verified (chain + extra candidates)
+    branch_hits: int = 0  # ... rounds whose accepted path left the chain for another candidate
     prefill_ms: float = 0.0
     ttft_ms: float = 0.0
     total_ms: float = 0.0
@@ -72,6 +75,8 @@ class GenerationStats:
             "mean_accepted_len": round(self.mean_accepted_len, 4),
             "accepted_at": list(self.accepted_at),
             "drafted_at": list(self.drafted_at),
+            "tree_nodes": self.tree_nodes,
+            "branch_hits": self.branch_hits,
             "prefill_ms": round(self.prefill_ms, 3),
             "ttft_ms": round(self.ttft_ms, 3),
             "decode_ms_per_token": round(self.decode_ms_per_token, 3),
@@ -177,6 +182,8 @@ def _speculative_round(
     if k <= 0:
         return [_target_step(target, seq, params, generator).next_token]
     proposal = drafter.propose(seq, k, params, generator)
+    if proposal.parents is not None:
+        return _tree_round(target, drafter, seq, proposal, params, generator, stats)
     drafts = proposal.tokens  # [k]
     k = int(drafts.numel())
     n = len(seq)
@@ -192,15 +199,56 @@ def _speculative_round(
     a = verdict.accepted
     target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
     drafter.commit(n + a)
-    stats.drafted += k
-    stats.accepted += a
-    _grow(stats.drafted_at, k)
-    _grow(stats.accepted_at, k)
-    for i in range(k):
-        stats.drafted_at[i] += 1
-    for i in range(a):
-        stats.accepted_at[i] += 1
+    _count(stats, k, a)
     return drafts[:a].tolist() + [verdict.next_token]
+
+
+def _tree_round(
+    target: CausalLM,
+    drafter: Drafter,
+    seq: list[int],
+    proposal: Proposal,
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    stats: GenerationStats,
+) -> list[int]:
+    """Verify a token tree in one target forward; keep the accepted path in both caches."""
+    n = len(seq)
+    fits = target.max_len - n  # the forward writes root + nodes at slots n-1 .. n-1+T
+    tokens, parents = proposal.tokens[:fits], proposal.parents[:fits]  # [T]; the chain comes first
+    probs = proposal.probs[:fits] if proposal.probs is not None else None  # [T, V]
+    t = int(tokens.numel())
+    positions = (n - 1) + torch.tensor([0] + tree.depths(parents))  # [T+1]
+    feed = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])  # [T+1]
+    logits = target.forward(feed, positions, tree.attention_mask(parents))  # [T+1, V]
+    if params.greedy:
+        verdict = tree.verify_tree_greedy(logits, tokens, parents)
+    else:
+        q = probs if probs is not None else torch.zeros(t, logits.shape[-1]).scatter_(1, tokens[:, None], 1.0)
+        verdict = tree.verify_tree_stochastic(warp(logits, params), q, tokens, parents, generator)
+    path = verdict.path
+    target.keep(n, torch.tensor(path, dtype=torch.long))  # cache: seq + the accepted path
+    chain = proposal.chain_len
+    on_chain = 0
+    while on_chain < len(path) and path[on_chain] == on_chain:
+        on_chain += 1
+    drafter.commit(n + on_chain)  # the drafter's cache holds chain drafts only
+    stats.tree_nodes += t
+    stats.branch_hits += int(on_chain < len(path))
+    _count(stats, min(chain, t), len(path))
+    return tokens[path].tolist() + [verdict.next_token]
+
+
+def _count(stats: GenerationStats, drafted: int, accepted: int) -> None:
+    """Per round: ``drafted`` draft positions (a tree's depth), ``accepted`` of them kept."""
+    stats.drafted += drafted
+    stats.accepted += accepted
+    _grow(stats.drafted_at, drafted)
+    _grow(stats.accepted_at, drafted)
+    for i in range(drafted):
+        stats.drafted_at[i] += 1
+    for i in range(accepted):
+        stats.accepted_at[i] += 1
 
 
 def _grow(counts: list[int], n: int) -> None:
