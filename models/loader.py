@@ -9,6 +9,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,6 +23,11 @@ from specd.models.registry import PUBLISHED, cache_root
 from specd.models import subvocab
 from specd.models.tokenizer import Tokenizer
 
+if TYPE_CHECKING:
+    from specd.models.ort_runtime import OrtDecoder
+
+
+BACKENDS = ("torch", "ort")  # model runtimes: specd.models.decoder, specd.models.ort_runtime
 
 
 @dataclass
@@ -29,7 +35,7 @@ class LoadedModel:
     name: str
     path: Path  # the directory the weights were loaded from
     config: ModelConfig
-    model: Decoder
+    model: Decoder | OrtDecoder
     tokenizer: Tokenizer
 
 
@@ -103,11 +109,24 @@ def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: s
 
 
 def load_model(
-    spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu", head_vocab: int = 0
+    spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu", head_vocab: int = 0,
+    backend: str = "torch", threads: int = 0,
 ) -> LoadedModel:
     """Load ``spec`` with its linear layers in ``quant`` (see ``specd.models.quantize``).
-    ``head_vocab > 0`` keeps only that many most frequent tokens in the output head (drafts)."""
-    check_mode(quant, device, spec)
+    ``head_vocab > 0`` keeps only that many most frequent tokens in the output head (drafts).
+    ``backend``: ``torch`` (``Decoder``) or ``ort`` (``OrtDecoder``, ONNX Runtime, CPU; modes
+    int8 | int4 | fp32; ``threads`` sets its intra-op threads, 0 = ORT's default)."""
+    if backend not in BACKENDS:
+        raise ModelError(f"{spec}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend == "ort":
+        from specd.models.onnx_graph import ORT_QUANTS
+
+        if quant not in ORT_QUANTS:
+            raise ModelError(f"{spec}: the ort backend runs {', '.join(ORT_QUANTS)}, not {quant!r}")
+        if device != "cpu":
+            raise ModelError(f"{spec}: the ort backend runs on the CPU only, not {device!r}")
+    else:
+        check_mode(quant, device, spec)
     directory = resolve(spec)
     try:
         config = ModelConfig.from_hf(json.loads((directory / "config.json").read_text()))
@@ -120,6 +139,12 @@ def load_model(
     head_rows = None
     if 0 < head_vocab < config.vocab_size:
         head_rows = subvocab.load(directory, head_vocab, tokenizer)
+    if backend == "ort":
+        from specd.models.ort_runtime import load_ort
+
+        model = load_ort(directory, config, lambda: _read_weights(directory), mode=quant, name=spec,
+                         max_len=max_len, threads=threads, head_rows=head_rows)
+        return LoadedModel(spec, directory, config, model, tokenizer)
     weights = _read_weights(directory)
     factory = linear_factory(directory, quant, spec, device)
     if factory is not None and getattr(factory, "needs_calibration", False):

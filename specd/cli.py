@@ -16,7 +16,8 @@ from specd.bench.command import register as register_bench
 
 # the engine settings `_add_engine_flags` defines (besides --config), as argparse dest names
 ENGINE_FLAG_NAMES = ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab",
-                     "drafter", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads")
+                     "drafter", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads",
+                     "target_backend", "draft_backend")
 
 
 def _add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -28,6 +29,10 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="target weights (default int8: batch-invariant fbgemm kernel on CPU)")
     g.add_argument("--draft-quant", dest="draft_quant", choices=["int4", "int8", "bf16", "fp32"],
                    help="draft weights (default int4)")
+    g.add_argument("--target-backend", dest="target_backend", choices=["torch", "ort"],
+                   help="target runtime: torch (default) or ort (ONNX Runtime; int8 | int4 | fp32)")
+    g.add_argument("--draft-backend", dest="draft_backend", choices=["torch", "ort"],
+                   help="draft runtime: torch (default) or ort (ONNX Runtime; int4 | int8 | fp32)")
     g.add_argument("--device", help="cpu (default) or cuda[:N]")
     g.add_argument("--draft-head-vocab", dest="draft_head_vocab", type=int,
                    help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
@@ -36,7 +41,7 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
     g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
     g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)
-    g.add_argument("--threads", type=int, help="torch threads (default: all cores)")
+    g.add_argument("--threads", type=int, help="torch / ONNX Runtime threads (default: all cores)")
 
 
 def _engine_config(args: argparse.Namespace, k: int | None = None):

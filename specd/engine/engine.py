@@ -21,6 +21,7 @@ from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.policy import AdaptiveK, CostModel, cached_costs
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
+from specd.engine.suffix import SuffixGuard
 from specd.engine.speculative import GenerationStats, generate
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
@@ -57,7 +58,9 @@ class EngineConfig:
     draft_min_prob: float = 0.0  # the model drafter stops a round below this top probability
     max_len: int = 4096  # KV cache capacity, tokens
     windows: PromptWindows = field(default_factory=PromptWindows)
-    threads: int = 0  # torch intra-op threads; 0 = torch's default
+    threads: int = 0  # torch (and ONNX Runtime) intra-op threads; 0 = the library's default
+    target_backend: str = "torch"  # torch | ort (ONNX Runtime: int8 | int4 | fp32)
+    draft_backend: str = "torch"
 
     def replace(self, **changes) -> "EngineConfig":
         return dataclasses.replace(self, **changes)
@@ -173,11 +176,13 @@ class Engine:
 
         if config.threads > 0:
             torch.set_num_threads(config.threads)
-        target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device)
+        target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
+                            backend=config.target_backend, threads=config.threads)
         draft = None
         if config.draft and config.drafter != "ngram":
             draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
-                               device=config.device, head_vocab=config.draft_head_vocab)
+                               device=config.device, head_vocab=config.draft_head_vocab,
+                               backend=config.draft_backend, threads=config.threads)
         return cls(
             target.model, target.tokenizer,
             draft.model if draft else None, draft.tokenizer if draft else None, config,
@@ -208,7 +213,7 @@ class Engine:
             k = self.config.k if isinstance(self.config.k, int) else 0
         speculate = request.mode == "spec" and self._drafter is not None
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
-        stream = _TextStream(self.tokenizer, request.stop, on_delta)
+        stream = _TextStream(self.tokenizer, request.stop, on_delta, SuffixGuard(request.suffix))
 
         def on_round(tokens: list[int]) -> bool:
             if cancelled is not None and cancelled():
@@ -247,9 +252,11 @@ class Engine:
         from specd.models.registry import cache_root
 
         draft_model = self.draft if self.config.drafter != "ngram" else None
+        backends = () if (self.config.target_backend, self.config.draft_backend) == ("torch", "torch") else (
+            self.config.target_backend, self.config.draft_backend)  # torch/torch keeps its old cache key
         key = "|".join(map(str, (self.config.target, self.config.target_quant, self.config.draft,
                                  self.config.draft_quant, self.config.draft_head_vocab, self.config.drafter,
-                                 platform.machine(), platform.processor(), torch.get_num_threads())))
+                                 platform.machine(), platform.processor(), torch.get_num_threads(), *backends)))
         path = cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
         cost = cached_costs(path, self.target, draft_model)
         if draft_model is None:  # n-gram drafts are free
@@ -285,27 +292,32 @@ class _TextStream:
     """Decodes tokens incrementally: applies stop strings, emits text deltas, holds back an
     incomplete UTF-8 sequence (decoded as U+FFFD) until it completes."""
 
-    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...], on_delta: Callable[[str], None] | None) -> None:
+    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...], on_delta: Callable[[str], None] | None,
+                 suffix: SuffixGuard | None = None) -> None:
         self.tokenizer = tokenizer
         self.stop = stop
         self.on_delta = on_delta
+        self.suffix = suffix if suffix is not None and suffix.active else None
         self.sent = 0
         self.stopped_text: str | None = None
 
-    def _cut(self, text: str) -> tuple[str, bool]:
+    def _cut(self, text: str, final: bool = False) -> tuple[str, bool]:
         hits = [i for s in self.stop if (i := text.find(s)) >= 0]
+        if self.suffix is not None and (i := self.suffix.cut(text, final)) is not None:
+            hits.append(i)
         return (text[: min(hits)], True) if hits else (text, False)
 
     def update(self, tokens: list[int]) -> bool:
         text, hit = self._cut(self.tokenizer.decode(tokens))
         if hit:
             self.stopped_text = text
-        elif self.stop:  # hold back a possible partial stop string
-            longest = max(len(s) for s in self.stop) - 1
-            safe = len(text) - longest
-            text = text[: max(safe, self.sent)]
-        if not hit:
-            text = text.rstrip("\ufffd")
+        else:
+            safe = len(text)
+            if self.stop:  # hold back a possible partial stop string
+                safe -= max(len(s) for s in self.stop) - 1
+            if self.suffix is not None and self.suffix.may_grow_into_match(text):
+                safe = min(safe, text.rindex("\n"))  # ... or a line that may repeat the suffix
+            text = text[: max(safe, self.sent)].rstrip("\ufffd")
         self._emit(text)
         return hit
 
@@ -315,6 +327,6 @@ class _TextStream:
         self.sent = max(self.sent, len(text))
 
     def finish(self, tokens: list[int]) -> str:
-        text = self.stopped_text if self.stopped_text is not None else self._cut(self.tokenizer.decode(tokens))[0]
+        text = self.stopped_text if self.stopped_text is not None else self._cut(self.tokenizer.decode(tokens), True)[0]
         self._emit(text)
         return text
