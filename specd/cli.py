@@ -17,7 +17,7 @@ from specd.bench.command import register as register_bench
 # the engine settings `_add_engine_flags` defines (besides --config), as argparse dest names
 ENGINE_FLAG_NAMES = ("target", "draft", "target_quant", "draft_quant", "device", "draft_head_vocab",
                      "drafter", "max_len", "max_prefix_tokens", "max_suffix_tokens", "threads",
-                     "target_backend", "draft_backend")
+                     "target_backend", "draft_backend", "tree", "tree_width")
 
 
 def _add_engine_flags(p: argparse.ArgumentParser) -> None:
@@ -38,6 +38,10 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
     g.add_argument("--drafter", choices=["model", "ngram", "both"],
                    help="draft source: the draft model, prompt lookup (n-gram), or both")
+    g.add_argument("--tree", choices=["on", "off"],
+                   help="token trees: verify several candidates where the draft is unsure (default off)")
+    g.add_argument("--tree-width", dest="tree_width", type=int,
+                   help="candidates per uncertain draft position with --tree on (default 3)")
     g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
     g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
     g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)

@@ -33,7 +33,8 @@ def default_config_path() -> Path:
 
 _ENGINE_KEYS = {"target": str, "draft": (str, type(None)), "target_quant": str, "draft_quant": str,
                 "device": str, "draft_head_vocab": int, "drafter": str, "k": (int, str), "draft_min_prob": float, "max_len": int, "threads": int,
-                "target_backend": str, "draft_backend": str}
+                "target_backend": str, "draft_backend": str, "tree": str, "tree_width": int,
+                "tree_branch_below": float}
 _WINDOW_KEYS = {"max_prefix_tokens": int, "max_suffix_tokens": int}
 
 

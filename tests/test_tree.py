@@ -141,3 +141,27 @@ def test_tree_samples_follow_target() -> None:
                           drafter=drafter, k=2, generator=g)
         counts[tuple(out)] += 1
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
+
+
+def test_engine_with_trees_on_matches_target_only() -> None:
+    from specd.engine.engine import CompletionRequest
+    from tests.tiny import tiny_engine
+
+    engine = tiny_engine(tree="on", tree_width=3, tree_branch_below=1.0)
+    request = CompletionRequest(prefix="def add(a, b):\n    return ", suffix="\n", max_tokens=24)
+    spec = engine.complete(request)
+    plain = engine.complete(CompletionRequest(prefix=request.prefix, suffix=request.suffix,
+                                              max_tokens=24, mode="target"))
+    assert spec.text == plain.text
+    assert spec.stats.tree_nodes > 0
+
+
+def test_tree_config_from_toml_and_flags() -> None:
+    from specd.config import engine_config
+
+    config = engine_config({"tree": "on", "tree_width": 2}, {"tree_width": 4})
+    assert (config.tree, config.tree_width) == ("on", 4)
+    from tests.tiny import tiny_engine
+
+    with pytest.raises(ValueError, match="tree"):
+        tiny_engine(tree="maybe")

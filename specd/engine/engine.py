@@ -56,6 +56,9 @@ class EngineConfig:
     device: str = "cpu"
     k: int | str = 4  # draft tokens per round, or "auto" (AdaptiveK from measured costs)
     draft_min_prob: float = 0.0  # the model drafter stops a round below this top probability
+    tree: str = "off"  # "on": token trees, tree_width candidates where the draft's top prob < tree_branch_below
+    tree_width: int = 3
+    tree_branch_below: float = 0.5
     max_len: int = 4096  # KV cache capacity, tokens
     windows: PromptWindows = field(default_factory=PromptWindows)
     threads: int = 0  # torch (and ONNX Runtime) intra-op threads; 0 = the library's default
@@ -132,11 +135,13 @@ def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: Causal
 DRAFTERS = ("model", "ngram", "both")
 
 
-def make_drafter(kind: str, draft: CausalLM | None, capacity: int, min_prob: float = 0.0) -> Drafter | None:
-    """The drafter for ``--drafter``; None when there is nothing to draft with (target only)."""
+def make_drafter(kind: str, draft: CausalLM | None, capacity: int, min_prob: float = 0.0,
+                 branch: int = 1, branch_below: float = 1.0) -> Drafter | None:
+    """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
+    ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``)."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
-    model = ModelDrafter(draft, min_prob) if draft is not None else None
+    model = ModelDrafter(draft, min_prob, branch, branch_below) if draft is not None else None
     if kind == "model":
         return model
     ngram = NgramDrafter(capacity=capacity)
@@ -163,7 +168,11 @@ class Engine:
         self.prompts = PromptBuilder(tokenizer, config.windows)
         if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= 32)):
             raise ValueError(f"k must be 0..32 or 'auto', got {config.k!r}")
-        self._drafter = make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob)
+        if config.tree not in ("on", "off") or config.tree_width < 1:
+            raise ValueError(f"tree must be 'on' or 'off' and tree_width >= 1, got {config.tree!r}, {config.tree_width}")
+        branch = config.tree_width if config.tree == "on" else 1
+        self._drafter = make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob,
+                                     branch, config.tree_branch_below)
         self._policy: AdaptiveK | None = None
         if config.k == "auto" and self._drafter is not None:
             self._policy = AdaptiveK(self._costs())
