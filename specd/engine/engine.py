@@ -192,6 +192,9 @@ class Engine:
             draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
                                device=config.device, head_vocab=config.draft_head_vocab,
                                backend=config.draft_backend, threads=config.threads)
+            if hasattr(draft.model, "row_attention"):
+                # only the target's numbers define the output: the draft may batch its attention
+                draft.model.row_attention = False
         return cls(
             target.model, target.tokenizer,
             draft.model if draft else None, draft.tokenizer if draft else None, config,
