@@ -12,13 +12,17 @@ Interface (one forward over ``n`` new tokens after ``P`` cached ones):
   angles of each token's position, computed by the caller, so token trees may carry any positions;
   ``sin`` carries the sign of the rotation: ``[-sin, sin]`` halves); ``mask`` float32 ``[n, P+n]``
   additive (0 = may attend, -inf = not); ``past_k.{i}``/``past_v.{i}`` float32 ``[P, kv_heads, head_dim]`` per layer;
-- outputs ``logits`` float32 ``[n, V']`` (``V'`` = the head's rows) and ``new_k.{i}``/``new_v.{i}``
-  float32 ``[n, kv_heads, head_dim]``, the new tokens' keys (rotated) and values, which the caller
-  writes into its KV cache.
+- outputs ``logits`` float32 ``[n, V']`` (``V'`` = the head's rows) and ``new_k.{i}``
+  ``[n, kv_heads, head_dim]`` / ``new_v.{i}`` ``[n, kv_heads, head_dim + 1]`` (last column 1), the
+  new tokens' keys (rotated) and values, which the caller writes into its KV cache; ``past_v.{i}``
+  has the same ``head_dim + 1`` layout.
 
 Attention runs over one key/value sequence, the cache and the new tokens concatenated
 (``[P+n, kv_heads, head_dim]``; ``FusedMatMul``'s ``transBatchB`` reads it as
-``[kv_heads, head_dim, P+n]`` without a transpose). Scores against cache and new keys in separate
+``[kv_heads, head_dim, P+n]`` without a transpose). Values carry an extra column of ones
+(``[.., head_dim + 1]``, in the cache too): one matmul then gives the softmax's weighted sum and its
+normalizer, both accumulated key by key, so a masked key adds exactly 0 wherever it sits and a
+token-tree row equals the same token's row in a sequential forward. Scores against cache and new keys in separate
 matmuls would be cheaper by that copy, but a position's sum would then be split where the cache
 ends, and its logits would differ between a verification forward and a one-token step (measured);
 with one sequence they are bit-identical alone, with other rows, and cold or warm.
@@ -44,7 +48,7 @@ ORT_QUANTS = ("int8", "int4", "fp32")
 BLOCK = 32
 BITS = {"int4": 4, "int8": 8}
 # bump when the graph or the packing changes: stored artifacts with another version are rebuilt
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 OPSET = 17
 
 
@@ -230,6 +234,10 @@ def build_model(
     shp_o = i64("shape_o", [nkv, group, -1, hd])
     shp_o2 = i64("shape_o2", [-1, nh * hd])
     scale = float(hd) ** -0.5
+    v_split = i64("v_split", [hd, 1])
+    ones_kv = bd.op("ConstantOfShape", [bd.op("Concat", [bd.op("Shape", ["input_ids"]), i64("kv_one", [nkv, 1])],
+                                              axis=0)], "ones_kv",
+                    value=helper.make_tensor("one", TensorProto.FLOAT, [1], [1.0]))  # [n, nkv, 1]
 
     def rope(t: str) -> str:  # t [n, heads, hd]: t*cos + rotate_half(t)*sin (sign folded into sin)
         rot = bd.op("Gather", [t, perm], "rot", axis=2)
@@ -246,19 +254,25 @@ def build_model(
         q = rope(bd.op("Reshape", [q, shp_q]))
         k = rope(bd.op("Reshape", [k, shp_kv]))
         bd.nodes.append(helper.make_node("Identity", [k], [f"new_k.{i}"]))
-        bd.nodes.append(helper.make_node("Reshape", [v, shp_kv], [f"new_v.{i}"]))
+        bd.nodes.append(helper.make_node("Concat", [bd.op("Reshape", [v, shp_kv]), ones_kv], [f"new_v.{i}"],
+                                         axis=-1))  # [n, nkv, hd+1]: the last column is 1
         # queries grouped by kv head: [nkv, group*n, hd], row r = (g, token)
         qg = bd.op("Reshape", [bd.op("Transpose", [bd.op("Reshape", [q, shp_qg])], perm=[1, 2, 0, 3]), shp_qg2],
                    p + "qg")
-        # one key/value sequence [P+n, nkv, hd]: a position's scores, softmax and weighted sum then
-        # do not depend on where the cache ends and the new tokens begin (batch-invariant, tested)
+        # one key/value sequence [P+n, nkv, hd(+1)]: a position's scores, softmax and weighted sum
+        # then do not depend on where the cache ends and the new tokens begin (batch-invariant)
         keys = bd.op("Concat", [f"past_k.{i}", f"new_k.{i}"], p + "keys", axis=0)
         values = bd.op("Concat", [f"past_v.{i}", f"new_v.{i}"], p + "values", axis=0)
-        s = bd.op("FusedMatMul", [qg, keys], p + "scores", domain="com.microsoft",
-                  transB=1, transBatchB=1, alpha=scale)  # [nkv, group*n, P+n]
-        probs = bd.op("Softmax", [bd.op("Add", [s, mask_g])], p + "probs", axis=-1)
-        o = bd.op("FusedMatMul", [probs, values], p + "attn", domain="com.microsoft",
-                  transBatchB=1)  # [nkv, group*n, hd]
+        s = bd.op("Add", [bd.op("FusedMatMul", [qg, keys], p + "scores", domain="com.microsoft",
+                                transB=1, transBatchB=1, alpha=scale), mask_g])  # [nkv, group*n, P+n]
+        # softmax whose sum is a matmul: values carry a column of ones, so one matmul gives the
+        # weighted sum and the normalizer, both accumulated key by key: a masked key adds exactly 0
+        # wherever it sits (token-tree rows equal their sequential rows)
+        e = bd.op("Exp", [bd.op("Sub", [s, bd.op("ReduceMax", [s], axes=[-1], keepdims=1)])], p + "exp")
+        weighted = bd.op("FusedMatMul", [e, values], p + "attn_sum", domain="com.microsoft",
+                         transBatchB=1)  # [nkv, group*n, hd+1]
+        num, den = bd.op("Split", [weighted, v_split], p + "attn_split", n_out=2, axis=-1)
+        o = bd.op("Div", [num, den], p + "attn")  # [nkv, group*n, hd]
         o = bd.op("Reshape", [bd.op("Transpose", [bd.op("Reshape", [o, shp_o])], perm=[2, 0, 1, 3]), shp_o2])
         x = bd.op("Add", [x, bd.linear(p + "o_proj", o, w(p + "self_attn.o_proj.weight"), mode,
                                       accuracy_level=accuracy_level)], p + "resid1")
@@ -286,8 +300,10 @@ def build_model(
     ]
     outputs = [helper.make_tensor_value_info("logits", f32, ["n", head.shape[0]])]
     for i in range(c.num_layers):
-        inputs += [helper.make_tensor_value_info(f"past_{t}.{i}", f32, kv_shape("P")) for t in "kv"]
-        outputs += [helper.make_tensor_value_info(f"new_{t}.{i}", f32, kv_shape("n")) for t in "kv"]
+        inputs += [helper.make_tensor_value_info(f"past_k.{i}", f32, kv_shape("P")),
+                   helper.make_tensor_value_info(f"past_v.{i}", f32, ["P", nkv, hd + 1])]
+        outputs += [helper.make_tensor_value_info(f"new_k.{i}", f32, kv_shape("n")),
+                    helper.make_tensor_value_info(f"new_v.{i}", f32, ["n", nkv, hd + 1])]
     graph = helper.make_graph(bd.nodes, "specd_decoder", inputs, outputs, bd.inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET),
                                                     helper.make_opsetid("com.microsoft", 1)],

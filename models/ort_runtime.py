@@ -40,14 +40,14 @@ class OrtKVCache:
     """Keys and values per layer, position-major, plus the token ids they came from."""
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, capacity: int) -> None:
-        shape = (num_layers, capacity, num_kv_heads, head_dim)
-        self.k = np.zeros(shape, dtype=np.float32)
-        self.v = np.zeros(shape, dtype=np.float32)
+        self.k = np.zeros((num_layers, capacity, num_kv_heads, head_dim), dtype=np.float32)
+        # values carry a column of ones (the softmax normalizer, see onnx_graph)
+        self.v = np.zeros((num_layers, capacity, num_kv_heads, head_dim + 1), dtype=np.float32)
         self.tokens = torch.full((capacity,), -1, dtype=torch.long)
         self.capacity = capacity
         self.length = 0
-        self.layer_bytes = capacity * num_kv_heads * head_dim * 4
-        self.slot_bytes = num_kv_heads * head_dim * 4
+        self.k_layer_bytes, self.v_layer_bytes = self.k[0].nbytes, self.v[0].nbytes
+        self.k_slot_bytes, self.v_slot_bytes = self.k[0, 0].nbytes, self.v[0, 0].nbytes
 
     def rollback(self, length: int) -> None:
         if not 0 <= length <= self.length:
@@ -185,15 +185,14 @@ class OrtDecoder:
         io.bind_cpu_input("sin", sin)
         io.bind_cpu_input("mask", mask)
         kbase, vbase = cache.k.ctypes.data, cache.v.ctypes.data
-        shape_past = [start, self.config.num_kv_heads, self.config.head_dim]
-        shape_new = [n, self.config.num_kv_heads, self.config.head_dim]
+        nkv, hd = self.config.num_kv_heads, self.config.head_dim
         f32 = np.float32
         for i, (pk, pv, nk, nv) in enumerate(self._kv_names):
-            layer = i * cache.layer_bytes
-            io.bind_input(pk, "cpu", 0, f32, shape_past, kbase + layer)
-            io.bind_input(pv, "cpu", 0, f32, shape_past, vbase + layer)
-            io.bind_output(nk, "cpu", 0, f32, shape_new, kbase + layer + start * cache.slot_bytes)
-            io.bind_output(nv, "cpu", 0, f32, shape_new, vbase + layer + start * cache.slot_bytes)
+            k_at, v_at = kbase + i * cache.k_layer_bytes, vbase + i * cache.v_layer_bytes
+            io.bind_input(pk, "cpu", 0, f32, [start, nkv, hd], k_at)
+            io.bind_input(pv, "cpu", 0, f32, [start, nkv, hd + 1], v_at)
+            io.bind_output(nk, "cpu", 0, f32, [n, nkv, hd], k_at + start * cache.k_slot_bytes)
+            io.bind_output(nv, "cpu", 0, f32, [n, nkv, hd + 1], v_at + start * cache.v_slot_bytes)
         io.bind_output("logits", "cpu", 0, f32, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(io)
         cache.tokens[start:end] = torch.from_numpy(ids)
