@@ -64,3 +64,49 @@ def test_greedy_identity_with_early_stopping_drafter(policy) -> None:
     target.rollback(0)
     out, stats = generate(target, [1, 2, 3], max_new_tokens=25, drafter=ModelDrafter(draft, min_prob=0.6), k=policy)
     assert out == plain
+
+
+@pytest.mark.parametrize("tail, kind", [
+    ("import os\nfrom collections import ", "boilerplate"),
+    ("    parser.add_argument('--name', type=str, ", "boilerplate"),
+    ("        return x\n    }", "boilerplate"),
+    ('def f():\n    """Compute the ', "text"),
+    ("x = 1\n    # the number of ", "text"),
+    ("    if total > limit:\n        total = ", "code"),
+])
+def test_structure_classifier(tail: str, kind: str) -> None:
+    from specd.engine.structure import classify_text
+
+    assert classify_text(tail) == kind
+
+
+def test_structure_k_drafts_further_on_boilerplate_than_on_prose() -> None:
+    """Same costs, same observations per kind as a real run would give them: boilerplate
+    accepted, prose rejected. The policy drafts far on the first and not at all on the second,
+    and the kinds do not mix their statistics."""
+    from specd.engine.policy import StructureK
+
+    kinds = iter([])
+    policy = StructureK(CostModel(draft_ms=2.0, verify_ms=tuple(10.0 + 1.0 * n for n in range(1, 18))),
+                        classify=lambda seq: next(kinds))
+    kinds = iter(["boilerplate", "text"] * 100)
+    for _ in range(100):
+        policy.choose([0]); policy.observe(drafted=6, accepted=6)
+        policy.choose([0]); policy.observe(drafted=6, accepted=0)
+    kinds = iter(["boilerplate", "text", "code"])
+    k_boiler, k_text, k_code = policy.choose([0]), policy.choose([0]), policy.choose([0])
+    assert k_boiler >= 6 and k_text == 0 and 0 < k_code < k_boiler
+
+
+def test_structure_k_keeps_greedy_output() -> None:
+    from specd.engine.policy import StructureK
+    from specd.engine.structure import make_classifier
+    from tests.tiny import tiny_tokenizer
+
+    target, draft = tiny_decoder(seed=3), tiny_decoder(seed=4)
+    prompt = list(range(20, 60))
+    plain, _ = generate(target, prompt, max_new_tokens=24, k=0)
+    policy = StructureK(CostModel(draft_ms=1.0, verify_ms=tuple(10.0 + n for n in range(1, 18))),
+                        make_classifier(tiny_tokenizer()))
+    spec, _ = generate(target, prompt, max_new_tokens=24, drafter=ModelDrafter(draft), k=policy)
+    assert spec == plain and sum(policy.rounds.values()) > 0

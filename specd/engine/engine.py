@@ -18,9 +18,10 @@ import torch
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.ngram import HybridDrafter, NgramDrafter
-from specd.engine.policy import AdaptiveK, CostModel, cached_costs
+from specd.engine.policy import CostModel, StructureK, cached_costs
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
+from specd.engine.structure import make_classifier
 from specd.engine.suffix import SuffixGuard
 from specd.engine.speculative import GenerationStats, generate
 from specd.models.protocol import CausalLM
@@ -173,9 +174,9 @@ class Engine:
         branch = config.tree_width if config.tree == "on" else 1
         self._drafter = make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob,
                                      branch, config.tree_branch_below)
-        self._policy: AdaptiveK | None = None
+        self._policy: StructureK | None = None
         if config.k == "auto" and self._drafter is not None:
-            self._policy = AdaptiveK(self._costs())
+            self._policy = StructureK(self._costs(), make_classifier(tokenizer))
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
 
@@ -216,7 +217,7 @@ class Engine:
                 f"prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds the "
                 f"context of {self.config.max_len} tokens",
             )
-        k: int | AdaptiveK
+        k: int | StructureK
         if request.k is not None:
             k = request.k
         elif self._policy is not None:

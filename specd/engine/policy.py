@@ -19,7 +19,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -29,7 +29,9 @@ from specd.models.protocol import CausalLM
 class KPolicy(Protocol):
     k_max: int
 
-    def choose(self) -> int: ...
+    def choose(self, seq: list[int] | None = None) -> int:
+        """K for the next round; ``seq`` is the sequence so far (prompt and output)."""
+        ...
 
     def observe(self, drafted: int, accepted: int) -> None: ...
 
@@ -38,7 +40,7 @@ class KPolicy(Protocol):
 class FixedK:
     k_max: int
 
-    def choose(self) -> int:
+    def choose(self, seq: list[int] | None = None) -> int:
         return self.k_max
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -84,7 +86,7 @@ class AdaptiveK:
         ms = self.cost.target(1) if k == 0 else k * self.cost.draft_ms + self.cost.target(k + 1)
         return tokens / ms
 
-    def choose(self) -> int:
+    def choose(self, seq: list[int] | None = None) -> int:
         return max(range(self.k_max + 1), key=lambda k: (self.expected_rate(k), -k))
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -94,6 +96,31 @@ class AdaptiveK:
             else:  # position accepted+1 was rejected; later ones were never judged
                 self.alpha[i] += self.decay * (0.0 - self.alpha[i])
                 break
+
+
+class StructureK:
+    """``AdaptiveK`` per kind of text (``specd.engine.structure``): each kind learns its own
+    acceptance per draft position, starting from a prior that says boilerplate is predictable and
+    prose is not. The kind is judged each round from the sequence so far."""
+
+    PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
+
+    def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
+                 priors: dict[str, float] | None = None) -> None:
+        self.classify = classify
+        self.k_max = k_max
+        self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
+        self.current = "code"
+        self.rounds = {kind: 0 for kind in self.policies}
+
+    def choose(self, seq: list[int] | None = None) -> int:
+        kind = self.classify(seq) if seq is not None else "code"
+        self.current = kind if kind in self.policies else "code"
+        self.rounds[self.current] += 1
+        return self.policies[self.current].choose()
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.policies[self.current].observe(drafted, accepted)
 
 
 @torch.inference_mode()

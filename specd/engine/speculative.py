@@ -133,7 +133,7 @@ def generate(
         remaining = budget - len(out)
         if speculate:
             # never draft past the budget: K drafts + 1 recovered/bonus token
-            kr = min(policy.choose(), remaining - 1)
+            kr = min(policy.choose(seq), remaining - 1)
             drafted_before, accepted_before = stats.drafted, stats.accepted
             new = _speculative_round(target, drafter, seq, kr, params, generator, stats)
             policy.observe(stats.drafted - drafted_before, stats.accepted - accepted_before)
