@@ -124,7 +124,14 @@ class OrtDecoder:
                              f"{len(head_rows) if head_rows is not None else config.vocab_size}; delete it to rebuild")
         self.head_size = rows
         c = config
-        self.cache = OrtKVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len)
+        self._max_len = max_len
+        # one spare slot: a padded one-token forward writes its pad row's keys there
+        self.cache = OrtKVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len + 1)
+        # True: a position's logits must not depend on the other rows in the forward (targets).
+        # The 8-bit kernel is batch-invariant as is; the 4-bit one is for 2+ rows but takes
+        # another path for exactly one row, so one-token forwards are padded to two rows.
+        # The engine turns it off for drafts (through ``row_attention``, as for ``Decoder``).
+        self.batch_invariant = True
         self.group = c.num_heads // c.num_kv_heads
         self.inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim))
         self._io = self.session.io_binding()
@@ -137,7 +144,16 @@ class OrtDecoder:
 
     @property
     def max_len(self) -> int:
-        return self.cache.capacity
+        return self._max_len
+
+    @property
+    def row_attention(self) -> bool:
+        """``Decoder``'s name for "batch-invariant rows" (the engine sets it False for drafts)."""
+        return self.batch_invariant
+
+    @row_attention.setter
+    def row_attention(self, value: bool) -> None:
+        self.batch_invariant = bool(value)
 
     @property
     def cache_len(self) -> int:
@@ -169,9 +185,13 @@ class OrtDecoder:
         start, end = cache.length, cache.length + len(ids)
         if n == 0:
             raise ValueError("forward needs at least one token")
-        if end > cache.capacity:
-            raise ValueError(f"context full: {end} tokens exceed this model's cache of {cache.capacity}")
+        if end > self._max_len:
+            raise ValueError(f"context full: {end} tokens exceed this model's cache of {self._max_len}")
         pos = np.arange(start, end) if positions is None else positions.reshape(-1).cpu().numpy()
+        pad = n == 1 and self.batch_invariant and self.mode == "int4"
+        if pad:  # a second row (the same token, after the first, unseen by it): the 2+-row kernel
+            ids, pos, attn_mask = np.repeat(ids, 2), np.repeat(pos, 2), None
+            n, end = 2, end + 1
         cos, sin = self._rope(pos)
         mask = np.zeros((n, end), dtype=np.float32)  # every cached position visible
         if attn_mask is None:
@@ -195,6 +215,8 @@ class OrtDecoder:
             io.bind_output(nv, "cpu", 0, f32, [n, nkv, hd + 1], v_at + start * cache.v_slot_bytes)
         io.bind_output("logits", "cpu", 0, f32, list(logits.shape), logits.ctypes.data)
         self.session.run_with_iobinding(io)
+        if pad:
+            logits, ids, n, end = logits[:1], ids[:1], 1, end - 1
         cache.tokens[start:end] = torch.from_numpy(ids)
         cache.length = end
         out = torch.from_numpy(logits)

@@ -146,6 +146,30 @@ def test_int8_is_batch_invariant() -> None:
     assert torch.equal(cold[150:], together)
 
 
+def test_int4_target_is_batch_invariant() -> None:
+    """The 4-bit kernel takes another path for a single row: one-token forwards are padded to two
+    rows, which makes an int4 target batch-invariant too; a draft (``row_attention`` off) is not
+    padded."""
+    lm = ort_model("int4", max_len=200)
+    ctx, new = tokens(150), tokens(5, seed=3)
+    lm.forward(ctx)
+    together = lm.forward(new)
+    for i in range(5):
+        lm.rollback(150 + i)
+        assert torch.equal(lm.forward(new[i : i + 1])[0], together[i]), i
+    lm.rollback(0)
+    assert torch.equal(lm.forward(torch.cat([ctx, new]))[150:], together)
+    lm.row_attention = False  # as the engine does for a draft
+    lm.rollback(150)
+    alone = lm.forward(new[:1])
+    assert lm.cache_len == 151
+    torch.testing.assert_close(alone[0], together[0], atol=0.05, rtol=0.01)
+    full = ort_model("int4", max_len=4)
+    full.forward(tokens(3))
+    full.forward(tokens(1))  # the last slot: the pad row uses the spare one
+    assert full.cache_len == 4
+
+
 def test_sub_vocabulary_head() -> None:
     rows = list(range(0, CONFIG.vocab_size, 3))
     full, sub = ort_model("int8"), ort_model("int8", head_rows=rows)
@@ -159,7 +183,7 @@ def test_memory_reporting() -> None:
     lm = ort_model("int4")
     kinds = lm.weight_bytes()
     assert set(kinds) == {"embedding", "head", "linear", "norms_biases"} and kinds["linear"] > 0
-    assert lm.cache.nbytes() == CONFIG.num_layers * 128 * CONFIG.num_kv_heads * (2 * CONFIG.head_dim + 1) * 4
+    assert lm.cache.nbytes() == CONFIG.num_layers * 129 * CONFIG.num_kv_heads * (2 * CONFIG.head_dim + 1) * 4
 
 
 def test_context_full() -> None:
@@ -178,20 +202,22 @@ def _ort_engine(target_mode: str, draft: str, k: int) -> Engine:
         dw = tiny_weights(config, 1)
         dw["lm_head.weight"][256:TINY_VOCAB] *= 0.01
         draft_lm = ort_model("int4", config=config, weights=dw, max_len=512)
+        draft_lm.row_attention = False  # as Engine.load does for drafts
     else:
         draft_lm = tiny_decoder(seed=1, dtype=torch.float32, vocab=TINY_VOCAB, hidden=64, max_len=512)
     tok = tiny_tokenizer()
     return Engine(target, tok, draft_lm, tok, EngineConfig(k=k, max_len=512))
 
 
-@pytest.mark.parametrize("draft, k, n", [("ort", 4, 40), ("ort", 8, 40), ("torch", 3, 12)])
-def test_greedy_speculative_equals_target_only(draft: str, k: int, n: int) -> None:
-    """ORT int8 target with an ORT int4 draft, or with a torch draft (mixed backends)."""
-    engine = _ort_engine("int8", draft, k)
+@pytest.mark.parametrize("target, draft, k, n", [("int8", "ort", 4, 40), ("int8", "ort", 8, 40),
+                                                 ("int4", "ort", 4, 40), ("int8", "torch", 3, 12)])
+def test_greedy_speculative_equals_target_only(target: str, draft: str, k: int, n: int) -> None:
+    """ORT int8 (or padded int4) target with an ORT int4 draft, or with a torch draft (mixed)."""
+    engine = _ort_engine(target, draft, k)
     prefix, suffix = "def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"
     spec = engine.complete(CompletionRequest(prefix, suffix, max_tokens=n))
-    target = engine.complete(CompletionRequest(prefix, suffix, max_tokens=n, mode="target"))
-    assert spec.tokens == target.tokens and len(spec.tokens) >= min(n, 10)
+    alone = engine.complete(CompletionRequest(prefix, suffix, max_tokens=n, mode="target"))
+    assert spec.tokens == alone.tokens and len(spec.tokens) >= min(n, 10)
     assert spec.stats.drafted > 0
     again = engine.complete(CompletionRequest(prefix, suffix, max_tokens=n))  # warm: KV reused
     assert again.tokens == spec.tokens
