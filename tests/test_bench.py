@@ -83,6 +83,26 @@ def test_bench_on_tiny_models(tiny_pair, two_tasks, tmp_path, capsys) -> None:
     assert "decode ms/tok" in stdout and "spec:k=2" in stdout
 
 
+def test_bench_warm_kv_reuses_the_prompt(tiny_pair, two_tasks, tmp_path, capsys) -> None:
+    """--kv warm: each task's prompt is prefilled once, untimed; the timed runs reuse it and still
+    produce the target's output."""
+    target, draft = tiny_pair
+    out = tmp_path / "warm"
+    code, _, stderr = bench(
+        capsys, "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
+        "--modes", "target,spec:k=2", "--reps", "2", "--max-tokens", "4", "--kv", "warm", "--no-plots",
+        "--out", str(out))
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["config"]["kv"] == "warm"
+    for row in doc["per_task"]:
+        assert row["cold_prefill_ms"] > 0
+    prompt_len = {row["task"]: row["prompt_tokens"] for row in doc["per_task"]}
+    for r in doc["runs"]:
+        assert r["prefill_reused"] == prompt_len[r["task"]] - 1  # all but the last prompt token
+    assert doc["summary"]["spec:k=2"]["same_tokens_as_target"] == [4, 4]
+
+
 @pytest.mark.parametrize("args, needles", [
     (["--modes", "target,warp"], ["unknown mode 'warp'", "spec:k=N", "hf-assisted", "llamacpp"]),
     (["--modes", "target:k=3"], ["only spec and llamacpp-lookup take :k=N"]),

@@ -33,6 +33,9 @@ def register(subparsers) -> None:
                    help="also time one target/draft forward over n = 1,2,3,5,9,17 new tokens")
     b.add_argument("--verify-reps", type=int, default=5, help="repetitions per n for --verify-curve")
     b.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up runs")
+    b.add_argument("--kv", choices=["cold", "warm"], default="cold",
+                   help="cold (default): every run prefills its prompt; warm: each task's prompt is prefilled "
+                        "once, untimed, and every run reuses it (a daemon after the first keystroke)")
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     _add_engine_flags(b)
@@ -72,7 +75,7 @@ def _bench(args: argparse.Namespace) -> int:
     from specd.bench.session import BenchConfig, run_bench
 
     bench = BenchConfig(engine=config, modes=modes, tasks=tuple(tasks), reps=reps, max_tokens=max_tokens,
-                        verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup,
+                        verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup, kv=args.kv,
                         progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]))
     bench.check()  # bad input fails before any model loads
     out = args.out or _default_out()

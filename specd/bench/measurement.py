@@ -29,6 +29,7 @@ class Measurement:
     stop_reason: str = ""
     text: str = ""
     tokens: tuple[int, ...] = ()
+    prefill_reused: int | None = None  # target prompt tokens whose KV was already cached (specd)
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -21,17 +21,24 @@ class Runner(Protocol):
 
 
 class SpecdRunner:
-    """specd's engine in one mode (target alone, or speculative with K drafts). Every run starts
-    cold (``Engine.reset``: empty KV caches, no remembered suggestion), so prefill and time to
-    first token are those of a fresh prompt and a repetition cannot replay the previous answer."""
+    """specd's engine in one mode (target alone, or speculative with K drafts). By default every
+    run starts cold (``Engine.reset``: empty KV caches, no remembered suggestion), so prefill and
+    time to first token are those of a fresh prompt; with ``warm`` the prompt's KV is reused. A
+    repetition never replays the previous answer."""
 
-    def __init__(self, engine: Engine, mode: Mode) -> None:
+    def __init__(self, engine: Engine, mode: Mode, warm: bool = False) -> None:
         self.engine = engine
         self.mode = mode
+        # warm: the KV caches keep the task's prompt from an untimed priming run (an editor's
+        # daemon after the first keystroke); the last suggestion is still forgotten
+        self.warm = warm
 
     def run(self, task: Task, prompt: list[int], max_tokens: int, rep: int, order: int) -> Measurement:
         engine = self.engine
-        engine.reset()
+        if self.warm:
+            engine.forget_suggestion()
+        else:
+            engine.reset()
         request = CompletionRequest(prefix=task.prefix, suffix=task.suffix, max_tokens=max_tokens,
                                     temperature=0.0, mode=self.mode.kind, k=self.mode.k)
         reset_peak()
@@ -48,4 +55,5 @@ class SpecdRunner:
             mean_accepted_len=s.mean_accepted_len if spec else None,
             accepted_at=tuple(s.accepted_at), drafted_at=tuple(s.drafted_at), peak_rss_mb=peak_rss_mb(),
             stop_reason=s.stop_reason, text=completion.text, tokens=tuple(completion.tokens),
+            prefill_reused=s.prefill_reused,
         )

@@ -20,7 +20,7 @@ from specd.bench.runner import Runner, SpecdRunner
 from specd.bench.stats import per_task, summarize
 from specd.bench.tasks import Task
 from specd.bench.verify_curve import SIZES, verify_curve
-from specd.engine.engine import Engine, EngineConfig
+from specd.engine.engine import CompletionRequest, Engine, EngineConfig
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,7 @@ class BenchConfig:
     verify_curve: bool = False
     verify_reps: int = 5
     warmup: bool = True
+    kv: str = "cold"  # cold: every run prefills its prompt; warm: prompts primed once per task, reused
     progress: bool = True
     command: str = ""
 
@@ -41,6 +42,8 @@ class BenchConfig:
             raise BenchError("the task set is empty: check --tasks / --tasks-file")
         if self.reps < 1:
             raise BenchError("--reps must be at least 1")
+        if self.kv not in ("cold", "warm"):
+            raise BenchError(f"--kv must be cold or warm, got {self.kv!r}")
         if self.max_tokens < 1:
             raise BenchError("--max-tokens must be at least 1")
         for m in self.modes:
@@ -110,7 +113,7 @@ def run_bench(config: BenchConfig) -> dict:
     runners: list[Runner] = []
     for mode in config.modes:
         if not mode.is_anchor:
-            runners.append(SpecdRunner(engine, mode))
+            runners.append(SpecdRunner(engine, mode, warm=config.kv == "warm"))
             continue
         note(f"loading anchor {mode.name}")
         runner, why = _anchor(mode, config, engine)
@@ -134,7 +137,12 @@ def run_bench(config: BenchConfig) -> dict:
 
     runs: list[Measurement] = []
     order = 0
+    primed: dict[str, float] = {}
     for task in config.tasks:
+        if config.kv == "warm":  # one untimed cold run fills both KV caches with the prompt
+            engine.reset()
+            c = engine.complete(CompletionRequest(prefix=task.prefix, suffix=task.suffix, max_tokens=1))
+            primed[task.id] = round(c.stats.prefill_ms, 3)
         for rep in range(config.reps):
             for r in list(runners):
                 try:
@@ -166,6 +174,7 @@ def run_bench(config: BenchConfig) -> dict:
         per_task_rows.append({
             "task": t.id, "category": t.category, "kind": t.kind, "language": t.language,
             "cursor": t.cursor, "provenance": t.provenance(), "prompt_tokens": len(prompts[t.id]),
+            "cold_prefill_ms": primed.get(t.id),  # --kv warm: the priming run's prefill (both models)
             "modes": {m: medians[(t.id, m)] for m in modes if (t.id, m) in medians},
         })
     load_end = _loadavg()
@@ -196,6 +205,7 @@ def run_bench(config: BenchConfig) -> dict:
             "reps": config.reps,
             "max_tokens": config.max_tokens,
             "warmup": config.warmup,
+            "kv": config.kv,
             "sampling": "greedy",
         },
         "notes": notes,

@@ -281,6 +281,12 @@ class Engine:
         with self._lock:
             self._reset_locked()
 
+    def forget_suggestion(self) -> None:
+        """Forget the last suggestion only (the KV caches stay): the next request reuses cached
+        context but cannot be answered from a previous completion."""
+        with self._lock:
+            self._continuation.clear()
+
     def _reset_locked(self) -> None:
         self._continuation.clear()
         for model in (self.target, self.draft):
