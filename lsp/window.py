@@ -40,8 +40,12 @@ def cut_window(text: str, line: int, character: int, encoding: str,
     current = text[start:end]
     index = column_to_index(current, character, encoding)
     cursor = start + index
-    prefix = _tail(text[max(0, cursor - limits.prefix_chars):cursor], limits.prefix_lines,
-                   cut=cursor > limits.prefix_chars)
+    # the first line kept moves in steps of a quarter of prefix_lines, so that typing on (and
+    # adding lines) keeps the prompt's start, and the daemon's cached KV for it, unchanged
+    step = max(1, limits.prefix_lines // 4)
+    first = -(-max(0, line - limits.prefix_lines + 1) // step) * step
+    lo = max(line_start(text, first) or 0, cursor - limits.prefix_chars)
+    prefix = _tail(text[lo:cursor], limits.prefix_lines, cut=lo > 0 and text[lo - 1] not in "\r\n")
     suffix = _head(text[cursor:cursor + limits.suffix_chars], limits.suffix_lines,
                    cut=len(text) - cursor > limits.suffix_chars)
     return Window(prefix, suffix, current[:index], current[index:], line,

@@ -177,6 +177,22 @@ def test_prompt_windows_bound_the_prompt() -> None:
     assert "line 99\n<|fim_suffix|>after 0\n" in text and text.startswith("<|fim_prefix|>line ")
 
 
+def test_prefix_window_start_holds_while_typing() -> None:
+    """Typing one character at a time past the window's size keeps the prompt's start (so the
+    cached KV of the whole prompt) for a quarter window at a time. A window cut anew at every
+    keystroke would move its start at every line typed (~25 characters here)."""
+    from specd.engine.prompt import PromptWindows
+    engine = tiny_engine(windows=PromptWindows(max_prefix_tokens=200, max_suffix_tokens=20))
+    text = "".join(f"value_{i} = compute({i})\n" for i in range(40))
+    starts = []
+    for n in range(len(text) - 150, len(text)):  # the byte tokenizer: one token per character
+        ids = engine.prompts.build(text[:n], "\n")
+        assert len(ids) <= 200 + 20 + 3
+        starts.append(engine.tokenizer.decode(ids[1:]).split("\n", 1)[0])
+    changes = sum(a != b for a, b in zip(starts, starts[1:]))
+    assert 1 <= changes <= 150 // 50 + 1  # in 50-token steps, not once per line (6 lines typed)
+
+
 def test_special_token_text_in_the_file_is_not_a_control_token() -> None:
     engine = tiny_engine()
     ids = engine.prompts.build("a = '<|fim_suffix|>'\n", "")

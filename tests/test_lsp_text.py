@@ -89,3 +89,16 @@ def test_display_paths() -> None:
     assert display_path("/w/p/src/a.py", "/w/p", "python") == "src/a.py"
     assert display_path("/elsewhere/b.rs", "/w/p", "rust") == "/elsewhere/b.rs"
     assert display_path(None, "/w/p", "rust") == "untitled.rs"
+
+
+def test_prefix_window_start_holds_while_typing() -> None:
+    """Typing on, line after line, moves the window's first line in quarter-window steps only:
+    the daemon keeps its cached KV for the prompt between those steps."""
+    limits = WindowLimits(prefix_lines=40, prefix_chars=100_000)
+    text = "".join(f"line_{i} = {i}\n" for i in range(100))
+    starts = []
+    for line in range(60, 90):
+        w = cut_window(text, line, 3, UTF16, limits)
+        assert w is not None and w.prefix.count("\n") < limits.prefix_lines
+        starts.append(w.prefix.split("\n", 1)[0])
+    assert len(set(starts)) <= 4  # 30 lines typed, 10-line steps

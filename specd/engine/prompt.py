@@ -44,12 +44,18 @@ class PromptBuilder:
         self.markers = {t: tokenizer.token_id(t) for t in (REPO_NAME, FILE_SEP)}
 
     def window_prefix(self, prefix: str) -> str:
-        """The tail of ``prefix`` that fits the window, starting at a line start when cut."""
+        """The tail of ``prefix`` that fits the window, starting at a line start when cut.
+
+        The cut moves in steps of a quarter window: while the user types, the window's start (and
+        so the cached KV of everything after it) stays put for ``limit / 4`` tokens instead of
+        moving with every keystroke and invalidating the whole prompt's cache."""
         limit = self.windows.max_prefix_tokens
         ids = self.tokenizer.encode(prefix)
         if len(ids) <= limit:
             return prefix
-        tail = self.tokenizer.decode(ids[len(ids) - limit :])
+        step = max(1, limit // 4)
+        cut = -(-(len(ids) - limit) // step) * step  # excess rounded up to a whole step
+        tail = self.tokenizer.decode(ids[cut:])
         nl = tail.find("\n")
         return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
 
