@@ -315,3 +315,12 @@ def test_greedy_token_trees_match_target_only() -> None:
     seq = prompt + spec
     assert target.cache.tokens[: target.cache_len].tolist() == seq[: target.cache_len]
     assert draft.cache.tokens[: draft.cache_len].tolist() == seq[: draft.cache_len]
+
+
+def test_target_mode_ignores_the_draft_backend_when_matching_a_daemon() -> None:
+    from specd.daemon.cli import _comparable
+
+    mine = {"target": "t", "target_backend": "ort", "draft": "d", "draft_backend": "ort"}
+    theirs = {**mine, "draft_backend": "torch"}
+    assert _comparable(mine, "target", False) == _comparable(theirs, "target", False)
+    assert _comparable(mine, "spec", False) != _comparable(theirs, "spec", False)

@@ -97,7 +97,7 @@ def _run_on_event_loop(main: Any) -> int:
 def _comparable(config: dict[str, Any], mode: str, explicit_k: bool) -> dict[str, Any]:
     """The settings that decide a completion's text (threads do not; the draft does not in
     target mode; K does not when the request names it)."""
-    skip = {"threads"} | ({"k"} if explicit_k else set()) | ({"draft", "draft_quant"} if mode == "target" else set())
+    skip = {"threads"} | ({"k"} if explicit_k else set()) | ({"draft", "draft_quant", "draft_backend"} if mode == "target" else set())
     return {k: v for k, v in config.items() if k not in skip}
 
 
