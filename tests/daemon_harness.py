@@ -42,14 +42,14 @@ def env_for(runtime: Path) -> dict[str, str]:
 
 
 class Daemon:
-    def __init__(self, socket: Path, target: Path, draft: Path, *extra: str) -> None:
+    def __init__(self, socket: Path, target: Path, draft: Path, *extra: str, env: dict[str, str] | None = None) -> None:
         self.socket = socket
         self.log_path = socket.parent / "daemon.log"
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "specd", "serve", "--socket", str(socket), "--target", str(target),
              "--draft", str(draft), *ENGINE_FLAGS, *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env_for(socket.parent),
+            stdout=self.log, stderr=subprocess.STDOUT, env=env_for(socket.parent) | (env or {}),
         )
 
     def wait_ready(self) -> "Daemon":

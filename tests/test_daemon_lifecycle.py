@@ -151,3 +151,22 @@ def test_connections_refused_once_stopping(models) -> None:
     with pytest.raises(OSError):
         s.connect(str(sock))
     s.close()
+
+
+def test_plain_asyncio_without_uvloop(models) -> None:
+    """Where uvloop cannot be imported the daemon runs on asyncio's own loop, says so, and serves."""
+    import os
+
+    sock = short_dir() / "s.sock"
+    shadow = sock.parent / "no_uvloop"
+    shadow.mkdir()
+    (shadow / "uvloop.py").write_text("raise ImportError('uvloop hidden by the test')\n")
+    path = os.pathsep.join(p for p in (str(shadow), os.environ.get("PYTHONPATH", "")) if p)
+    daemon = Daemon(sock, *models, env={"PYTHONPATH": path}).wait_ready()
+    try:
+        with daemon.client() as c:
+            result = c.call("complete", {"prefix": "def f(x):\n", "max_tokens": 4})
+            assert isinstance(result["text"], str)
+    finally:
+        assert daemon.stop() == 0
+    assert "uvloop is not installed" in daemon.output()
