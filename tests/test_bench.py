@@ -90,7 +90,7 @@ def test_bench_warm_kv_reuses_the_prompt(tiny_pair, two_tasks, tmp_path, capsys)
     out = tmp_path / "warm"
     code, _, stderr = bench(
         capsys, "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
-        "--modes", "target,spec:k=2", "--reps", "2", "--max-tokens", "4", "--kv", "warm", "--no-plots",
+        "--modes", "target,spec:k=2,spec:auto:tree", "--reps", "2", "--max-tokens", "4", "--kv", "warm", "--no-plots",
         "--out", str(out))
     assert code == 0, stderr
     doc = json.loads((out / "results.json").read_text())
@@ -101,6 +101,8 @@ def test_bench_warm_kv_reuses_the_prompt(tiny_pair, two_tasks, tmp_path, capsys)
     for r in doc["runs"]:
         assert r["prefill_reused"] == prompt_len[r["task"]] - 1  # all but the last prompt token
     assert doc["summary"]["spec:k=2"]["same_tokens_as_target"] == [4, 4]
+    assert doc["summary"]["spec:auto:tree"]["same_tokens_as_target"] == [4, 4]
+    assert doc["config"]["engine"]["k"] == "auto"
 
 
 @pytest.mark.parametrize("args, needles", [
@@ -144,6 +146,12 @@ def test_parse_modes() -> None:
     assert [m.name for m in parse_modes("all", 3)][:2] == ["target", "spec:k=3"]
     with pytest.raises(BenchError, match="empty"):
         parse_modes(" , ", 4)
+    modes = parse_modes("spec:auto,spec:k=2:tree,spec:auto:tree", default_k="auto")
+    assert [m.name for m in modes] == ["target", "spec:auto", "spec:k=2:tree", "spec:auto:tree"]
+    assert modes[1].auto and modes[1].k is None and modes[2].tree and modes[2].k == 2
+    assert parse_modes("spec", default_k="auto")[1].name == "spec:k=4"
+    with pytest.raises(BenchError, match="only spec takes"):
+        parse_modes("llamacpp:tree", 4)
 
 
 def test_select_tasks() -> None:

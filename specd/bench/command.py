@@ -70,6 +70,8 @@ def _bench(args: argparse.Namespace) -> int:
         tasks = quick_tasks(tasks)
     reps = args.reps if args.reps is not None else (2 if args.quick else 3)
     max_tokens = args.max_tokens if args.max_tokens is not None else (32 if args.quick else 64)
+    if any(m.auto for m in modes):
+        config = config.replace(k="auto")  # the engine builds its K policy; fixed-K modes name K per request
     if not any(m.needs_draft for m in modes):
         config = config.replace(draft=None)  # nothing drafts: do not load the draft
     from specd.bench.session import BenchConfig, run_bench

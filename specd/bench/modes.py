@@ -11,7 +11,8 @@ SPECD_KINDS = ("target", "spec")
 ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup")
 ALL_MODES = "target,spec,hf-target,hf-assisted,llamacpp,llamacpp-lookup"
 HELP = (
-    "comma-separated: target (specd, target alone), spec (the configured K) or spec:k=N, and the "
+    "comma-separated: target (specd, target alone), spec (the configured K), spec:k=N or spec:auto "
+    "(the K policy), each with an optional :tree (token trees), and the "
     "anchors hf-target, hf-assisted (transformers assisted generation, same pair, fp32), llamacpp, "
     "llamacpp-lookup[:k=N] (llama-cpp-python on the same GGUF files); 'all' = " + ALL_MODES
 )
@@ -21,10 +22,15 @@ HELP = (
 class Mode:
     kind: str
     k: int | None = None  # draft tokens per round (spec) or lookup tokens (llamacpp-lookup)
+    auto: bool = False  # spec:auto — the engine's K policy (--k auto) chooses K each round
+    tree: bool = False  # spec...:tree — token trees (--tree on)
 
     @property
     def name(self) -> str:
-        return self.kind if self.k is None else f"{self.kind}:k={self.k}"
+        name = self.kind if self.k is None else f"{self.kind}:k={self.k}"
+        if self.auto:
+            name = f"{self.kind}:auto"
+        return name + (":tree" if self.tree else "")
 
     @property
     def is_anchor(self) -> bool:
@@ -35,7 +41,7 @@ class Mode:
         return self.kind in ("spec", "hf-assisted")
 
 
-def parse_modes(text: str, default_k: int) -> tuple[Mode, ...]:
+def parse_modes(text: str, default_k: int | str) -> tuple[Mode, ...]:
     """Modes in the order given; ``target`` is added first when absent (speedups need it)."""
     items = [s.strip() for s in text.split(",") if s.strip()]
     items = [x for item in items for x in (ALL_MODES.split(",") if item == "all" else [item])]
@@ -43,20 +49,23 @@ def parse_modes(text: str, default_k: int) -> tuple[Mode, ...]:
         raise BenchError(f"--modes is empty: give {HELP}")
     modes: list[Mode] = []
     for item in items:
-        m = re.fullmatch(r"([a-z-]+)(?::k=(\d+))?", item)
+        m = re.fullmatch(r"([a-z-]+)(?::k=(\d+)|:(auto))?(:tree)?", item)
         kind = m.group(1) if m else None
         if kind not in SPECD_KINDS + ANCHOR_KINDS:
             raise BenchError(f"unknown mode {item!r}: modes are {HELP}")
         k = int(m.group(2)) if m.group(2) else None
+        auto, tree = bool(m.group(3)), bool(m.group(4))
         if k is not None and kind not in ("spec", "llamacpp-lookup"):
             raise BenchError(f"mode {item!r}: only spec and llamacpp-lookup take :k=N")
-        if kind == "spec":
-            k = default_k if k is None else k
+        if (auto or tree) and kind != "spec":
+            raise BenchError(f"mode {item!r}: only spec takes :auto and :tree")
+        if kind == "spec" and not auto:
+            k = (default_k if isinstance(default_k, int) else 4) if k is None else k
             if not 1 <= k <= 32:
                 raise BenchError(f"mode {item!r}: K must be in 1..32")
         if kind == "llamacpp-lookup" and k is None:
             k = 10  # llama-cpp-python's default num_pred_tokens
-        mode = Mode(kind, k)
+        mode = Mode(kind, k, auto, tree)
         if mode not in modes:
             modes.append(mode)
     if Mode("target") not in modes:

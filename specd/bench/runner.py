@@ -40,7 +40,8 @@ class SpecdRunner:
         else:
             engine.reset()
         request = CompletionRequest(prefix=task.prefix, suffix=task.suffix, max_tokens=max_tokens,
-                                    temperature=0.0, mode=self.mode.kind, k=self.mode.k)
+                                    temperature=0.0, mode=self.mode.kind, k=self.mode.k,
+                                    tree=self.mode.tree if self.mode.kind == "spec" else None)
         reset_peak()
         completion = engine.complete(request)
         s = completion.stats

@@ -82,6 +82,7 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()
     mode: str = "spec"
     k: int | None = None  # None: the engine's configured K
+    tree: bool | None = None  # None: the engine's configured --tree
     context: str = ""  # repository context before the FIM block (Qwen format; see prompt.py)
 
     def validate(self, max_len: int) -> SamplingParams:
@@ -97,6 +98,8 @@ class CompletionRequest:
             raise RequestError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 <= self.k <= 32):
             raise RequestError("k", f"must be an integer in 0..32, got {self.k!r}")
+        if self.tree is not None and not isinstance(self.tree, bool):
+            raise RequestError("tree", f"must be true or false, got {self.tree!r}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
             raise RequestError("seed", f"must be a non-negative integer, got {self.seed!r}")
         if not all(isinstance(s, str) and s for s in self.stop):
@@ -171,9 +174,14 @@ class Engine:
             raise ValueError(f"k must be 0..32 or 'auto', got {config.k!r}")
         if config.tree not in ("on", "off") or config.tree_width < 1:
             raise ValueError(f"tree must be 'on' or 'off' and tree_width >= 1, got {config.tree!r}, {config.tree_width}")
-        branch = config.tree_width if config.tree == "on" else 1
-        self._drafter = make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob,
-                                     branch, config.tree_branch_below)
+        # chain and token-tree drafters over the same draft model; config.tree picks the default,
+        # a request may ask for the other
+        self._drafters = {
+            tree: make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob,
+                               config.tree_width if tree else 1, config.tree_branch_below)
+            for tree in (False, True)
+        }
+        self._drafter = self._drafters[config.tree == "on"]
         self._policy: StructureK | None = None
         if config.k == "auto" and self._drafter is not None:
             self._policy = StructureK(self._costs(), make_classifier(tokenizer))
@@ -225,6 +233,7 @@ class Engine:
         else:
             k = self.config.k if isinstance(self.config.k, int) else 0
         speculate = request.mode == "spec" and self._drafter is not None
+        base = self._drafter if request.tree is None else self._drafters[request.tree]
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
         stream = _TextStream(self.tokenizer, request.stop, on_delta, SuffixGuard(request.suffix))
 
@@ -234,11 +243,11 @@ class Engine:
             return stream.update(tokens)
 
         with self._lock:
-            drafter, loop_k = self._drafter if speculate else None, k
+            drafter, loop_k = base if speculate else None, k
             ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer)
             k_max = k if isinstance(k, int) else k.k_max
             if speculate and params.greedy and k_max > 0 and ahead:  # greedy only: sampling stays seeded
-                drafter = LookaheadDrafter(ahead, len(prompt), self._drafter, k_max)
+                drafter = LookaheadDrafter(ahead, len(prompt), base, k_max)
                 loop_k = max(k_max, len(ahead))
             try:
                 tokens, stats = generate(
