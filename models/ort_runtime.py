@@ -296,8 +296,15 @@ def load_ort(
     else built from ``read_weights()`` and stored (once)."""
     if mode not in ORT_QUANTS:
         raise ModelError(f"{name}: the ONNX Runtime backend runs {', '.join(ORT_QUANTS)}, not {mode!r}")
-    path = artifact_path(directory, mode, head_rows)
     stamp = source_stamp(directory)
+    path = artifact_path(directory, mode, head_rows)
+    if not os.access(directory, os.W_OK):  # a read-only model directory: store the graph in the cache
+        import hashlib
+
+        from specd.models.registry import cache_root
+
+        key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
+        path = artifact_path(cache_root() / "ort" / key, mode, head_rows)
     meta = _stored_meta(path, name, mode)
     current = meta is not None and meta.get("specd_graph_version") == str(GRAPH_VERSION) \
         and meta.get("specd_mode") == mode and meta.get("specd_source") == stamp
@@ -305,11 +312,10 @@ def load_ort(
         print(f"specd: exporting {name} to ONNX ({mode}, once) at {path}", file=sys.stderr)
         weights = read_weights()
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
             export(path, config, weights, mode, head_rows, stamp)
         except KeyError as e:
             raise ModelError(f"{directory}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
-        except OSError as e:  # a read-only model directory: build in memory every time
-            print(f"specd: note: cannot store the ONNX graph at {path}: {e}", file=sys.stderr)
-            model = build_model(config, weights, mode, head_rows)
-            return OrtDecoder(config, model.SerializeToString(), max_len, threads, head_rows, name, mode)
+        except OSError as e:
+            raise ModelError(f"{name} ({mode}): cannot store the ONNX graph at {path}: {e}") from e
     return OrtDecoder(config, path, max_len, threads, head_rows, name, mode)

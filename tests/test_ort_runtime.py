@@ -324,3 +324,17 @@ def test_target_mode_ignores_the_draft_backend_when_matching_a_daemon() -> None:
     theirs = {**mine, "draft_backend": "torch"}
     assert _comparable(mine, "target", False) == _comparable(theirs, "target", False)
     assert _comparable(mine, "spec", False) != _comparable(theirs, "spec", False)
+
+
+def test_read_only_model_directory_stores_the_graph_in_the_cache(tmp_path, monkeypatch) -> None:
+    import os
+
+    from specd.models.loader import load_model
+
+    d = save_tiny_model(tmp_path / "m")
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p) == str(d) else real_access(p, mode))
+    load_model(str(d), quant="int8", backend="ort", max_len=32).model.forward(torch.tensor([1, 2]))
+    assert not (d / "ort-int8.onnx").exists()
+    assert list((tmp_path / "cache" / "ort").glob("*/ort-int8.onnx"))
