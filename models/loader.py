@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from specd.models.ort_runtime import OrtDecoder
 
 
-BACKENDS = ("torch", "ort")  # model runtimes: specd.models.decoder, specd.models.ort_runtime
+BACKENDS = ("auto", "torch", "ort")  # model runtimes: specd.models.decoder, specd.models.ort_runtime
 
 
 @dataclass
@@ -108,16 +108,28 @@ def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: s
     return channel_absmax(dense, calibration_tokens(tokenizer))
 
 
+def resolve_backend(backend: str, quant: str, device: str) -> str:
+    """``auto``: ONNX Runtime on the CPU for the modes it runs (int8 | int4 | fp32: measured faster
+    there, see bench/RESULTS.md), torch otherwise (CUDA, bf16, fp8)."""
+    if backend != "auto":
+        return backend
+    from specd.models.onnx_graph import ORT_QUANTS
+
+    return "ort" if device == "cpu" and quant in ORT_QUANTS else "torch"
+
+
 def load_model(
     spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu", head_vocab: int = 0,
-    backend: str = "torch", threads: int = 0,
+    backend: str = "auto", threads: int = 0,
 ) -> LoadedModel:
     """Load ``spec`` with its linear layers in ``quant`` (see ``specd.models.quantize``).
     ``head_vocab > 0`` keeps only that many most frequent tokens in the output head (drafts).
     ``backend``: ``torch`` (``Decoder``) or ``ort`` (``OrtDecoder``, ONNX Runtime, CPU; modes
-    int8 | int4 | fp32; ``threads`` sets its intra-op threads, 0 = ORT's default)."""
+    int8 | int4 | fp32; ``threads`` sets its intra-op threads, 0 = ORT's default), or ``auto``
+    (``resolve_backend``)."""
     if backend not in BACKENDS:
         raise ModelError(f"{spec}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    backend = resolve_backend(backend, quant, device)
     if backend == "ort":
         from specd.models.onnx_graph import ORT_QUANTS
 

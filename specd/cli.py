@@ -26,13 +26,14 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--target", help="target model: a published name, .gguf file, HF directory or hub id")
     g.add_argument("--draft", help="draft model (same forms), or 'none' for target-only")
     g.add_argument("--target-quant", dest="target_quant", choices=["int8", "fp8", "int4", "bf16", "fp32"],
-                   help="target weights (default int8: batch-invariant fbgemm kernel on CPU)")
+                   help="target weights (default int8: batch-invariant on the CPU in both runtimes)")
     g.add_argument("--draft-quant", dest="draft_quant", choices=["int4", "int8", "bf16", "fp32"],
                    help="draft weights (default int4)")
-    g.add_argument("--target-backend", dest="target_backend", choices=["torch", "ort"],
-                   help="target runtime: torch (default) or ort (ONNX Runtime; int8 | int4 | fp32)")
-    g.add_argument("--draft-backend", dest="draft_backend", choices=["torch", "ort"],
-                   help="draft runtime: torch (default) or ort (ONNX Runtime; int4 | int8 | fp32)")
+    g.add_argument("--target-backend", dest="target_backend", choices=["auto", "torch", "ort"],
+                   help="target runtime: auto (default: ort on the CPU for int8 | int4 | fp32, else torch), "
+                        "torch, or ort (ONNX Runtime)")
+    g.add_argument("--draft-backend", dest="draft_backend", choices=["auto", "torch", "ort"],
+                   help="draft runtime: auto (default, as for the target), torch, or ort")
     g.add_argument("--device", help="cpu (default) or cuda[:N]")
     g.add_argument("--draft-head-vocab", dest="draft_head_vocab", type=int,
                    help="the draft scores only the N most frequent code tokens (0: full vocabulary)")

@@ -63,8 +63,9 @@ class EngineConfig:
     max_len: int = 4096  # KV cache capacity, tokens
     windows: PromptWindows = field(default_factory=PromptWindows)
     threads: int = 0  # torch (and ONNX Runtime) intra-op threads; 0 = the library's default
-    target_backend: str = "torch"  # torch | ort (ONNX Runtime: int8 | int4 | fp32)
-    draft_backend: str = "torch"
+    # auto: ONNX Runtime on the CPU for int8 | int4 | fp32 (faster there), torch otherwise; or torch | ort
+    target_backend: str = "auto"
+    draft_backend: str = "auto"
 
     def replace(self, **changes) -> "EngineConfig":
         return dataclasses.replace(self, **changes)
