@@ -31,14 +31,14 @@ import torch
 import torch.nn.functional as F
 
 from specd.models.config import ModelConfig
-from specd.models.kv_cache import KVCache
+from specd.models.kv_cache import CacheOwner, KVCache
 from specd.models.quant import DenseLinear, Linear
 
 # Builds the linear layer for a (fused) weight: name, float weight [N, K] -> Linear.
 LinearFactory = Callable[[str, torch.Tensor], Linear]
 
 
-class Decoder:
+class Decoder(CacheOwner):
     """Weights (a flat dict with Hugging Face names) plus one KV cache."""
 
     def __init__(
@@ -251,23 +251,7 @@ class Decoder:
         cache.length = end
         return logits
 
-    # -- cache control --------------------------------------------------------------------------
-    @property
-    def cache_len(self) -> int:
-        return self.cache.length
-
-    def rollback(self, length: int) -> None:
-        self.cache.rollback(length)
-
-    def keep(self, start: int, indices: torch.Tensor) -> None:
-        """Keep cached positions ``start + indices`` (ascending) as ``start, start+1, ...``."""
-        self.cache.keep(start, indices)
-
-    def reset(self) -> None:
-        self.cache.rollback(0)
-
-    def common_prefix(self, tokens: torch.Tensor) -> int:
-        return self.cache.common_prefix(tokens)
+    # -- cache control: CacheOwner (rollback, keep, reset, common_prefix, cache_len) ------------
 
 
 def _visible_new_tokens(attn_mask: torch.Tensor) -> list[torch.Tensor | None]:

@@ -49,13 +49,43 @@ class KVCache:
 
     def common_prefix(self, tokens: torch.Tensor) -> int:
         """Number of leading ``tokens`` already cached."""
-        n = min(self.length, int(tokens.numel()))
-        if n == 0:
-            return 0
-        same = self.tokens[:n] == tokens[:n].cpu()
-        if bool(same.all()):
-            return n
-        return int(torch.argmin(same.to(torch.int8)).item())
+        return common_prefix(self.tokens, self.length, tokens)
 
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
+
+
+def common_prefix(cached: torch.Tensor, length: int, tokens: torch.Tensor) -> int:
+    """Number of leading ``tokens`` equal to the first ``length`` ids in ``cached``."""
+    n = min(length, int(tokens.numel()))
+    if n == 0:
+        return 0
+    same = cached[:n] == tokens[:n].cpu()
+    if bool(same.all()):
+        return n
+    return int(torch.argmin(same.to(torch.int8)).item())
+
+
+class CacheOwner:
+    """The cache-control half of the ``CausalLM`` protocol, for a runtime holding ``self.cache``
+    (a ``KVCache`` or anything with its ``length`` / ``rollback`` / ``keep`` / ``common_prefix``)."""
+
+    cache: KVCache
+
+    @property
+    def cache_len(self) -> int:
+        return self.cache.length
+
+    def rollback(self, length: int) -> None:
+        self.cache.rollback(length)
+
+    def keep(self, start: int, indices: torch.Tensor) -> None:
+        """After a token-tree forward: keep positions ``start + indices`` (ascending) as
+        ``start, start+1, ...``."""
+        self.cache.keep(start, indices)
+
+    def reset(self) -> None:
+        self.cache.rollback(0)
+
+    def common_prefix(self, tokens: torch.Tensor) -> int:
+        return self.cache.common_prefix(tokens)

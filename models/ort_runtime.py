@@ -25,6 +25,7 @@ import torch
 
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
+from specd.models.kv_cache import CacheOwner, common_prefix
 from specd.models.onnx_graph import GRAPH_VERSION, ORT_QUANTS, build_model
 
 
@@ -64,13 +65,7 @@ class OrtKVCache:
         self.length = start + n
 
     def common_prefix(self, tokens: torch.Tensor) -> int:
-        n = min(self.length, int(tokens.numel()))
-        if n == 0:
-            return 0
-        same = self.tokens[:n] == tokens[:n].cpu()
-        if bool(same.all()):
-            return n
-        return int(torch.argmin(same.to(torch.int8)).item())
+        return common_prefix(self.tokens, self.length, tokens)
 
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
@@ -91,7 +86,7 @@ def session_options(threads: int = 0):
     return so
 
 
-class OrtDecoder:
+class OrtDecoder(CacheOwner):
     """A ``CausalLM`` running an ``onnx_graph`` model in an ONNX Runtime session."""
 
     def __init__(
@@ -154,10 +149,6 @@ class OrtDecoder:
     @row_attention.setter
     def row_attention(self, value: bool) -> None:
         self.batch_invariant = bool(value)
-
-    @property
-    def cache_len(self) -> int:
-        return self.cache.length
 
     def weight_bytes(self) -> dict[str, int]:
         return dict(self._weight_bytes)
@@ -225,19 +216,7 @@ class OrtDecoder:
             out = full.index_copy_(1, self.head_rows, out)
         return out
 
-    # -- cache control --------------------------------------------------------------------------
-    def rollback(self, length: int) -> None:
-        self.cache.rollback(length)
-
-    def keep(self, start: int, indices: torch.Tensor) -> None:
-        """After a token-tree forward: keep positions ``start + indices`` as ``start, start+1, ...``."""
-        self.cache.keep(start, indices)
-
-    def reset(self) -> None:
-        self.cache.rollback(0)
-
-    def common_prefix(self, tokens: torch.Tensor) -> int:
-        return self.cache.common_prefix(tokens)
+    # -- cache control: CacheOwner (rollback, keep, reset, common_prefix, cache_len) ------------
 
 
 # -- stored graphs --------------------------------------------------------------------------------

@@ -192,9 +192,7 @@ def _speculative_round(
         verdict = verify_greedy(logits, drafts)
     else:
         p = warp(logits, params)  # [k+1, V]
-        q = proposal.probs
-        if q is None:  # deterministic drafts: one-hot draft distribution
-            q = torch.zeros(k, p.shape[-1]).scatter_(1, drafts[:, None], 1.0)
+        q = proposal.probs if proposal.probs is not None else _one_hot(drafts, p.shape[-1])  # [k, V]
         verdict = verify_stochastic(p, q, drafts, generator)
     a = verdict.accepted
     target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
@@ -224,7 +222,7 @@ def _tree_round(
     if params.greedy:
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
-        q = probs if probs is not None else torch.zeros(t, logits.shape[-1]).scatter_(1, tokens[:, None], 1.0)
+        q = probs if probs is not None else _one_hot(tokens, logits.shape[-1])  # [T, V]
         verdict = tree.verify_tree_stochastic(warp(logits, params), q, tokens, parents, generator)
     path = verdict.path
     target.keep(n, torch.tensor(path, dtype=torch.long))  # cache: seq + the accepted path
@@ -237,6 +235,11 @@ def _tree_round(
     stats.branch_hits += int(on_chain < len(path))
     _count(stats, min(chain, t), len(path))
     return tokens[path].tolist() + [verdict.next_token]
+
+
+def _one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """The draft distribution of deterministic drafts (n-gram lookup, greedy): one-hot rows."""
+    return torch.zeros(int(tokens.numel()), vocab).scatter_(1, tokens[:, None], 1.0)
 
 
 def _count(stats: GenerationStats, drafted: int, accepted: int) -> None:
