@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shlex
 import sys
@@ -28,14 +29,16 @@ def register(subparsers) -> None:
     b.add_argument("--reps", type=int, default=None, help="repetitions per task and mode (default 3; --quick 2)")
     b.add_argument("--max-tokens", type=int, default=None, help="new tokens per completion (default 64; --quick 32)")
     b.add_argument("--out", type=Path, default=None, help="output folder (default: bench/out/<time> in the checkout)")
-    b.add_argument("--quick", action="store_true", help="a smoke run: one task per category, 2 reps, 32 tokens")
+    b.add_argument("--quick", action="store_true",
+                   help="a smoke run (< 3 min on 2 cores): one task per category, 2 reps, 32 tokens, warm KV, "
+                        "prompts cut to 384 prefix / 64 suffix tokens")
     b.add_argument("--verify-curve", action="store_true",
                    help="also time one target/draft forward over n = 1,2,3,5,9,17 new tokens")
     b.add_argument("--verify-reps", type=int, default=5, help="repetitions per n for --verify-curve")
     b.add_argument("--no-warmup", dest="warmup", action="store_false", help="skip the untimed warm-up runs")
-    b.add_argument("--kv", choices=["cold", "warm"], default="cold",
-                   help="cold (default): every run prefills its prompt; warm: each task's prompt is prefilled "
-                        "once, untimed, and every run reuses it (a daemon after the first keystroke)")
+    b.add_argument("--kv", choices=["cold", "warm"], default=None,
+                   help="cold (default; --quick: warm): every run prefills its prompt; warm: each task's prompt "
+                        "is prefilled once, untimed, and every run reuses it (a daemon after the first keystroke)")
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     _add_engine_flags(b)
@@ -64,6 +67,11 @@ def _bench(args: argparse.Namespace) -> int:
     from specd.cli import _engine_config
 
     config = _engine_config(args)
+    if args.quick:  # short prompts: a cold prefill is most of a run's time on a small CPU
+        w = config.windows
+        config = config.replace(windows=dataclasses.replace(
+            w, max_prefix_tokens=min(w.max_prefix_tokens, 384), max_suffix_tokens=min(w.max_suffix_tokens, 64)))
+    kv = args.kv or ("warm" if args.quick else "cold")
     modes = parse_modes(args.modes or "target,spec", config.k)
     tasks = select_tasks(load_tasks(args.tasks_file), args.tasks)
     if args.quick and not args.tasks:
@@ -77,7 +85,7 @@ def _bench(args: argparse.Namespace) -> int:
     from specd.bench.session import BenchConfig, run_bench
 
     bench = BenchConfig(engine=config, modes=modes, tasks=tuple(tasks), reps=reps, max_tokens=max_tokens,
-                        verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup, kv=args.kv,
+                        verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup, kv=kv,
                         progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]))
     bench.check()  # bad input fails before any model loads
     out = args.out or _default_out()
