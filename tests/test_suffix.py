@@ -71,3 +71,15 @@ def test_stream_never_sends_the_repeated_line() -> None:
     text = stream.finish(ids[:stopped_at])
     assert text == "    total += x"
     assert "".join(deltas) == text
+
+
+def test_tokens_past_a_stop_are_not_returned() -> None:
+    """Speculative rounds emit several tokens at once; when a stop (here the suffix guard) cuts
+    the text, the tokens returned end where the text ends, in every mode."""
+    from specd.engine.engine import _covering
+    from tests.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    ids = tok.encode("    total += x\n    return total\n    print(1)\n")
+    assert tok.decode(_covering(tok, ids, "    total += x")) == "    total += x"
+    assert _covering(tok, ids, "") == []

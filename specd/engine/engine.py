@@ -262,6 +262,10 @@ class Engine:
                 self._reset_locked()
                 raise
             text = stream.finish(tokens)
+            if stats.stop_reason == "stop_string":
+                # a round emits several tokens: drop those past the cut, so the tokens returned do
+                # not depend on how many tokens each round happened to verify
+                tokens = _covering(self.tokenizer, tokens, text)
             if params.greedy:
                 self._continuation.remember(request.prefix, request.suffix, text, tokens)
         proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
@@ -315,6 +319,14 @@ class Engine:
             out[f"{role}_weight_bytes"] = int(sum(by_kind.values()))
             out[f"{role}_kv_cache_bytes"] = int(cache.nbytes()) if cache is not None else 0
         return out
+
+
+def _covering(tokenizer: Tokenizer, tokens: list[int], text: str) -> list[int]:
+    """The shortest prefix of ``tokens`` whose text reaches ``len(text)`` characters."""
+    for m in range(len(tokens) + 1):
+        if len(tokenizer.decode(tokens[:m])) >= len(text):
+            return tokens[:m]
+    return tokens
 
 
 class _TextStream:
