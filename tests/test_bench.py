@@ -149,7 +149,7 @@ def test_parse_modes() -> None:
     modes = parse_modes("spec:auto,spec:k=2:tree,spec:auto:tree", default_k="auto")
     assert [m.name for m in modes] == ["target", "spec:auto", "spec:k=2:tree", "spec:auto:tree"]
     assert modes[1].auto and modes[1].k is None and modes[2].tree and modes[2].k == 2
-    assert parse_modes("spec", default_k="auto")[1].name == "spec:k=4"
+    assert parse_modes("spec", default_k="auto")[1].name == "spec:auto"
     with pytest.raises(BenchError, match="only spec takes"):
         parse_modes("llamacpp:tree", 4)
 

@@ -55,12 +55,14 @@ def parse_modes(text: str, default_k: int | str) -> tuple[Mode, ...]:
             raise BenchError(f"unknown mode {item!r}: modes are {HELP}")
         k = int(m.group(2)) if m.group(2) else None
         auto, tree = bool(m.group(3)), bool(m.group(4))
+        if kind == "spec" and k is None and default_k == "auto":
+            auto = True  # plain "spec": the configured K, here the K policy
         if k is not None and kind not in ("spec", "llamacpp-lookup"):
             raise BenchError(f"mode {item!r}: only spec and llamacpp-lookup take :k=N")
         if (auto or tree) and kind != "spec":
             raise BenchError(f"mode {item!r}: only spec takes :auto and :tree")
         if kind == "spec" and not auto:
-            k = (default_k if isinstance(default_k, int) else 4) if k is None else k
+            k = default_k if k is None else k
             if not 1 <= k <= 32:
                 raise BenchError(f"mode {item!r}: K must be in 1..32")
         if kind == "llamacpp-lookup" and k is None:
