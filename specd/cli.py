@@ -45,7 +45,8 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
                    help="candidates per uncertain draft position with --tree on (default 3)")
     g.add_argument("--max-len", dest="max_len", type=int, help="KV cache capacity in tokens")
     g.add_argument("--max-prefix-tokens", dest="max_prefix_tokens", type=int)
-    g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int)
+    g.add_argument("--max-suffix-tokens", dest="max_suffix_tokens", type=int,
+                   help="suffix window (default 32: a keystroke recomputes every suffix token)")
     g.add_argument("--threads", type=int, help="torch / ONNX Runtime threads (default: all cores)")
 
 

@@ -30,7 +30,10 @@ _CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
 @dataclass(frozen=True)
 class PromptWindows:
     max_prefix_tokens: int = 1024
-    max_suffix_tokens: int = 256
+    # In FIM order a keystroke recomputes every suffix token, in both models. Measured here:
+    # 32 tokens answer a keystroke in 3.2 s (p50), 256 in 16.7 s, at no measurable cost in
+    # completion quality on the bench tasks (bench/RESULTS.md, "keystrokes").
+    max_suffix_tokens: int = 32
     max_context_tokens: int = 1024
 
 
