@@ -78,7 +78,8 @@ def _anchor(mode: Mode, config: BenchConfig, engine: Engine) -> tuple[Runner | N
         why = anchor_llamacpp.unavailable(gguf, mode)
         if why:
             return None, why
-        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 64
+        # llama-cpp-python's lookup decoding evaluates drafts past the generated tokens: leave room
+        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 512
         return anchor_llamacpp.LlamaCppRunner(mode, gguf, config.engine.threads, n_ctx, stop), None
     except Exception as e:  # an anchor that fails to load is skipped, never faked
         return None, f"{mode.name}: skipped, failed to load: {type(e).__name__}: {e}"
@@ -131,8 +132,14 @@ def run_bench(config: BenchConfig) -> dict:
                    enabled=config.progress)
     if config.warmup:  # first calls pay one-time costs (allocation, kernel selection): not measured
         first = config.tasks[0]
-        for r in runners:
-            r.run(first, prompts[first.id], min(8, config.max_tokens), rep=-1, order=-1)
+        for r in list(runners):
+            try:
+                r.run(first, prompts[first.id], min(8, config.max_tokens), rep=-1, order=-1)
+            except Exception as e:
+                if not r.mode.is_anchor:
+                    raise
+                notes.append(f"{r.mode.name}: dropped after an error in its warm-up: {type(e).__name__}: {e}")
+                runners.remove(r)
             bar.step(f"warm-up {r.mode.name}")
 
     runs: list[Measurement] = []
