@@ -125,19 +125,24 @@ def test_cuda_paths() -> None:
 
 # -- whole models ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("target_quant, draft_quant", [("int8", "int4"), ("int4", "int8"), ("fp8", "int4")])
-def test_greedy_matches_target_with_quantized_target(tmp_path, target_quant, draft_quant) -> None:
+@pytest.mark.parametrize("target_quant, draft_quant, backend", [
+    ("int8", "int4", "torch"), ("int4", "int8", "torch"), ("fp8", "int4", "torch"),
+    ("int8", "int4", "auto"),  # the defaults: ONNX Runtime on the CPU
+])
+def test_greedy_matches_target_with_quantized_target(tmp_path, target_quant, draft_quant, backend) -> None:
     from specd.engine.engine import CompletionRequest, Engine, EngineConfig
     from tests.tiny import save_tiny_model
 
     t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
     engine = Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant=target_quant,
-                                      draft_quant=draft_quant, max_len=256))
+                                      draft_quant=draft_quant, max_len=256, k=4,
+                                      target_backend=backend, draft_backend=backend))
     for k in (2, 5):
         spec = engine.complete(CompletionRequest("for i in range(", max_tokens=24, k=k))
         plain = engine.complete(CompletionRequest("for i in range(", max_tokens=24, mode="target"))
         assert spec.tokens == plain.tokens
-    assert list(t.glob(f"quant-{target_quant}*.safetensors"))  # quantized once, stored
+    stored = f"quant-{target_quant}*.safetensors" if backend == "torch" else f"ort-{target_quant}*.onnx"
+    assert list(t.glob(stored))  # quantized once, stored
 
 
 def test_quantized_artifact_is_reused_and_smaller(tmp_path) -> None:
@@ -145,12 +150,12 @@ def test_quantized_artifact_is_reused_and_smaller(tmp_path) -> None:
     from tests.tiny import save_tiny_model
 
     d = save_tiny_model(tmp_path / "m", seed=0, hidden=128)
-    dense = load_model(str(d), quant="bf16", max_len=64).model
-    int8 = load_model(str(d), quant="int8", max_len=64).model
+    dense = load_model(str(d), quant="bf16", max_len=64, backend="torch").model
+    int8 = load_model(str(d), quant="int8", max_len=64, backend="torch").model
     assert int8.weight_bytes()["linear"] < 0.6 * dense.weight_bytes()["linear"]
     ids = torch.tensor([1, 2, 3, 4])
     first = int8.forward(ids)
-    again = load_model(str(d), quant="int8", max_len=64).model.forward(ids)  # from the artifact
+    again = load_model(str(d), quant="int8", max_len=64, backend="torch").model.forward(ids)  # from the artifact
     assert torch.equal(first, again)
 
 
@@ -160,11 +165,11 @@ def test_corrupt_artifact_is_a_clear_error(tmp_path) -> None:
     from tests.tiny import save_tiny_model
 
     d = save_tiny_model(tmp_path / "m")
-    load_model(str(d), quant="int8")
+    load_model(str(d), quant="int8", backend="torch")
     (artifact,) = d.glob("quant-int8*.safetensors")
     artifact.write_bytes(b"garbage")
     with pytest.raises(ModelError, match="corrupt quantized artifact"):
-        load_model(str(d), quant="int8")
+        load_model(str(d), quant="int8", backend="torch")
 
 
 def test_cuda_mode_without_gpu_is_a_clear_error() -> None:
