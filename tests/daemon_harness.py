@@ -19,7 +19,9 @@ from tests.tiny import save_tiny_model
 START_TIMEOUT_S = 120  # a generous bound for a loaded CI machine, not a timing assertion
 LONG_PREFIX = "def f(x):\n"
 LONG_TOKENS = 3000  # greedy on the tiny pair runs to max_tokens: seconds of work, cancelled early
-ENGINE_FLAGS = ("--threads", "1", "--max-len", "4096")
+# K fixed: these tests check the daemon's mechanics and stats with drafting on; the default K policy
+# may choose K = 0 on tiny random models
+ENGINE_FLAGS = ("--threads", "1", "--max-len", "4096", "--k", "4")
 
 
 def tiny_pair(root: Path) -> tuple[Path, Path]:

@@ -36,7 +36,7 @@ def cold(models):
 
     target, draft = models
     threads = torch.get_num_threads()
-    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), max_len=4096, threads=1))
+    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), max_len=4096, threads=1, k=4))  # as ENGINE_FLAGS
 
     def run(**kw) -> str:
         engine.reset()
