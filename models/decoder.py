@@ -195,16 +195,20 @@ class Decoder(CacheOwner):
             )
         if positions is None:
             positions = torch.arange(start, end, device=self.device)
+        per_row = self.row_attention or n == 1
         rows: list[torch.Tensor | None] = [None] * n  # per new token: which new tokens it sees
-        if attn_mask is None:
-            attn_mask = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
-        elif self.row_attention or n == 1:
-            rows = _visible_new_tokens(attn_mask)
-        # [n, end]: every cached position visible, then the mask among the new tokens
-        full_mask = torch.cat(
-            [torch.ones(n, start, dtype=torch.bool, device=self.device), attn_mask.to(self.device)], dim=1
-        )
-        bias = torch.zeros(n, end, device=self.device).masked_fill_(~full_mask, float("-inf"))
+        bias = None  # [n, end], the batched path's additive mask
+        if per_row:
+            if attn_mask is not None:
+                rows = _visible_new_tokens(attn_mask)
+        else:
+            if attn_mask is None:
+                attn_mask = torch.ones(n, n, dtype=torch.bool, device=self.device).tril()
+            # every cached position visible, then the mask among the new tokens
+            full_mask = torch.cat(
+                [torch.ones(n, start, dtype=torch.bool, device=self.device), attn_mask.to(self.device)], dim=1
+            )
+            bias = torch.zeros(n, end, device=self.device).masked_fill_(~full_mask, float("-inf"))
 
         nh, nkv, hd = c.num_heads, c.num_kv_heads, c.head_dim
         group = nh // nkv
@@ -223,7 +227,7 @@ class Decoder(CacheOwner):
             k = self._rotate(k.view(n, nkv, hd), cos, sin)
             cache.k[li, :, start:end] = k.transpose(0, 1)
             cache.v[li, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
-            if self.row_attention or n == 1:
+            if per_row:
                 attn = torch.cat([
                     self._attend_row(q[i].view(nkv, group, hd), *self._visible(li, start, i, rows[i]), scale)
                     for i in range(n)
@@ -251,7 +255,7 @@ class Decoder(CacheOwner):
         cache.length = end
         return logits
 
-    # -- cache control: CacheOwner (rollback, keep, reset, common_prefix, cache_len) ------------
+    # cache control (rollback, keep, reset, common_prefix, cache_len): see CacheOwner
 
 
 def _visible_new_tokens(attn_mask: torch.Tensor) -> list[torch.Tensor | None]:
