@@ -99,6 +99,20 @@ def _engine_dict(config: EngineConfig) -> dict:
     return d
 
 
+def _run_or_drop(runner: Runner, runners: list[Runner], notes: list[str], where: str, task: Task,
+                 prompt: list[int], max_tokens: int, rep: int, order: int) -> Measurement | None:
+    """One run; an anchor that fails is dropped from ``runners`` with a note (None), specd's own
+    modes fail the bench."""
+    try:
+        return runner.run(task, prompt, max_tokens, rep, order)
+    except Exception as e:
+        if not runner.mode.is_anchor:
+            raise
+        notes.append(f"{runner.mode.name}: dropped after an error {where}: {type(e).__name__}: {e}")
+        runners.remove(runner)
+        return None
+
+
 def run_bench(config: BenchConfig) -> dict:
     config.check()
     notes: list[str] = []
@@ -133,13 +147,8 @@ def run_bench(config: BenchConfig) -> dict:
     if config.warmup:  # first calls pay one-time costs (allocation, kernel selection): not measured
         first = config.tasks[0]
         for r in list(runners):
-            try:
-                r.run(first, prompts[first.id], min(8, config.max_tokens), rep=-1, order=-1)
-            except Exception as e:
-                if not r.mode.is_anchor:
-                    raise
-                notes.append(f"{r.mode.name}: dropped after an error in its warm-up: {type(e).__name__}: {e}")
-                runners.remove(r)
+            _run_or_drop(r, runners, notes, "in its warm-up", first, prompts[first.id], min(8, config.max_tokens),
+                         rep=-1, order=-1)
             bar.step(f"warm-up {r.mode.name}")
 
     runs: list[Measurement] = []
@@ -152,13 +161,9 @@ def run_bench(config: BenchConfig) -> dict:
             primed[task.id] = round(c.stats.prefill_ms, 3)
         for rep in range(config.reps):
             for r in list(runners):
-                try:
-                    m = r.run(task, prompts[task.id], config.max_tokens, rep, order)
-                except Exception as e:
-                    if not r.mode.is_anchor:
-                        raise
-                    notes.append(f"{r.mode.name}: dropped after an error on {task.id}: {type(e).__name__}: {e}")
-                    runners.remove(r)
+                m = _run_or_drop(r, runners, notes, f"on {task.id}", task, prompts[task.id], config.max_tokens,
+                                 rep=rep, order=order)
+                if m is None:
                     continue
                 if not m.text and m.tokens:
                     m = dataclasses.replace(m, text=engine.tokenizer.decode(list(m.tokens)))
