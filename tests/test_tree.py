@@ -14,12 +14,7 @@ from specd.engine.sampling import SamplingParams, acceptance_probability, residu
 from specd.engine.speculative import generate
 from tests.tiny import tiny_decoder
 from tests.toy import TableLM, exact_joint, table
-from tests.test_sampling import _chi2_pvalue
-
-
-def _dist(vocab: int, seed: int, scale: float = 1.5) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.softmax(torch.randn(vocab, generator=g, dtype=torch.float64) * scale, -1)
+from tests.test_sampling import _chi2_pvalue, _dist
 
 
 def test_mask_positions_and_children() -> None:
@@ -69,7 +64,7 @@ def _reference_first_token(p: torch.Tensor, q: torch.Tensor, m: int) -> torch.Te
 @pytest.mark.parametrize("m", [1, 2, 3])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_recursive_rejection_is_exact(m: int, seed: int) -> None:
-    p, q = _dist(5, seed), _dist(5, seed + 100, scale=1.0)
+    p, q = _dist(5, seed), _dist(5, seed + 100)
     torch.testing.assert_close(_reference_first_token(p, q, m), p, atol=1e-6, rtol=0)
     # q with a zero where p is not, and p with a zero where q is not
     q0 = q.clone(); q0[1] = 0; q0 /= q0.sum()
@@ -80,7 +75,7 @@ def test_recursive_rejection_is_exact(m: int, seed: int) -> None:
 def test_verify_tree_stochastic_samples_follow_target() -> None:
     """The code path itself, one node with three candidates drawn from q: chi-square vs p."""
     vocab, samples = 6, 20_000
-    p, q = _dist(vocab, 7).float(), _dist(vocab, 8, scale=1.0).float()
+    p, q = _dist(vocab, 7).float(), _dist(vocab, 8).float()
     g = torch.Generator().manual_seed(0)
     counts = torch.zeros(vocab, dtype=torch.float64)
     P = torch.stack([p, torch.full((vocab,), 1.0 / vocab)])  # root row, then the (unused) leaf rows
