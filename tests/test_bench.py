@@ -154,6 +154,20 @@ def test_parse_modes() -> None:
         parse_modes("llamacpp:tree", 4)
 
 
+def test_lookup_draft() -> None:
+    """llamacpp-lookup's drafter: the newest earlier match of the longest tail n-gram (3, 2, 1)."""
+    from specd.bench.anchor_llamacpp import lookup_draft
+
+    seq = [1, 2, 3, 9, 8, 1, 2, 3, 7, 6, 5, 0, 2, 3]
+    assert lookup_draft(seq, 10) == [7, 6, 5, 0, 2, 3]  # "2 3" (no earlier "0 2 3"), newest match
+    assert lookup_draft(seq, 2) == [7, 6]  # at most k tokens
+    assert lookup_draft(seq + [1, 2, 3], 3) == [7, 6, 5]  # the 3-gram "1 2 3" wins over newer "2 3"
+    assert lookup_draft([5, 4, 5], 4) == [4, 5]  # 1-gram, continuation runs to the end
+    assert lookup_draft([7, 7, 7], 4) == [7]  # overlapping: the newest earlier "7 7" is at 0
+    assert lookup_draft([1, 2, 3], 4) == [] and lookup_draft([1], 4) == [] and lookup_draft([], 4) == []
+    assert lookup_draft(seq, 0) == []
+
+
 def test_select_tasks() -> None:
     tasks = load_tasks()
     assert 30 <= len(tasks) <= 40

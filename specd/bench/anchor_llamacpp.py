@@ -1,10 +1,18 @@
-"""Anchor: llama.cpp through llama-cpp-python on the same GGUF files, target alone or with its
-prompt-lookup drafting (``LlamaPromptLookupDecoding``). Greedy; prompt = specd's FIM token ids."""
+"""Anchor: llama.cpp through llama-cpp-python on the same GGUF files, target alone or with prompt
+lookup drafting. Greedy; prompt = specd's FIM token ids.
+
+``llamacpp-lookup`` is our own prompt-lookup loop on llama-cpp-python's low-level calls, not
+``LlamaPromptLookupDecoding``: in llama-cpp-python 0.3.36 a ``draft_model`` forces per-token
+logits while ``Llama.scores`` stays sized for ``n_batch`` rows, so ``Llama.eval`` fails writing
+logits past row ``n_batch`` (a (0,)-shaped slice). The loop follows llama.cpp's n-gram drafting
+(``ngram-simple``: the newest earlier occurrence of the sequence's last n tokens, the tokens after
+it as the draft), trying n = 3, 2, 1, and verifies each draft in one target batch."""
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from specd.bench.measurement import Measurement, decode_ms_per_token
@@ -14,6 +22,7 @@ from specd.bench.tasks import Task
 
 INSTALL = ("pip install llama-cpp-python (PyPI ships a source archive: it builds llama.cpp, "
            "~10-20 min on 2 cores, needs cmake and a C++ compiler)")
+MAX_NGRAM = 3  # lookup n-gram sizes tried, longest first, down to 1
 
 
 def unavailable(gguf: Path | None, mode: Mode) -> str | None:
@@ -27,21 +36,33 @@ def unavailable(gguf: Path | None, mode: Mode) -> str | None:
     return None
 
 
+def lookup_draft(seq: Sequence[int], k: int, max_ngram: int = MAX_NGRAM) -> list[int]:
+    """Prompt lookup: for n = max_ngram .. 1, the newest earlier occurrence of ``seq``'s last n
+    tokens; the draft is the (up to) ``k`` tokens that followed it. Empty when nothing matches."""
+    size = len(seq)
+    if k <= 0:
+        return []
+    for n in range(min(max_ngram, size - 1), 0, -1):
+        tail = list(seq[size - n:])
+        first = tail[0]
+        for j in range(size - n - 1, -1, -1):  # newest first; j + n < size: a continuation exists
+            if seq[j] == first and list(seq[j:j + n]) == tail:
+                return list(seq[j + n:j + n + k])
+    return []
+
+
 class LlamaCppRunner:
     def __init__(self, mode: Mode, gguf: Path, threads: int, n_ctx: int, stop_ids: frozenset[int]) -> None:
         from llama_cpp import Llama
 
-        draft = None
-        if mode.kind == "llamacpp-lookup":
-            from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-            draft = LlamaPromptLookupDecoding(num_pred_tokens=mode.k or 10)
         self.mode = mode
         self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads or os.cpu_count() or 1,
-                         n_batch=512, draft_model=draft, verbose=False)
+                         n_batch=512, verbose=False)
         self.stop_ids = stop_ids | {self.llm.token_eos()}
 
     def run(self, task: Task, prompt: list[int], max_tokens: int, rep: int, order: int) -> Measurement:
+        if self.mode.kind == "llamacpp-lookup":
+            return self._run_lookup(task, prompt, max_tokens, rep, order)
         llm = self.llm
         stop_ids = self.stop_ids
         llm.reset()
@@ -67,5 +88,80 @@ class LlamaCppRunner:
             task=task.id, category=task.category, mode=self.mode.name, rep=rep, order=order,
             prompt_tokens=len(prompt), new_tokens=len(new), prefill_ms=prefill, ttft_ms=ttft,
             decode_ms_per_token=decode_ms_per_token(total, prefill, ttft, len(new)), total_ms=total,
+            peak_rss_mb=peak_rss_mb(), stop_reason=stop, tokens=tuple(new),
+        )
+
+    def _verify(self, tokens: list[int]) -> list[int]:
+        """Decode ``tokens`` after the cached ones in one batch, logits for every row; the greedy
+        next token after each of them."""
+        import numpy as np
+
+        llm = self.llm
+        n_past, n = llm.n_tokens, len(tokens)
+        llm._batch.set_batch(batch=tokens, n_past=n_past, logits_all=True)
+        llm._ctx.decode(llm._batch)
+        llm.input_ids[n_past:n_past + n] = tokens
+        llm.n_tokens = n_past + n
+        logits = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(n, llm.n_vocab()))
+        return logits.argmax(axis=1).tolist()
+
+    def _run_lookup(self, task: Task, prompt: list[int], max_tokens: int, rep: int, order: int) -> Measurement:
+        """Greedy prompt-lookup decoding: each round drafts by ``lookup_draft`` (at most mode.k
+        tokens, never past max_tokens), evaluates [last token + drafts] in one batch, keeps drafts
+        while they equal the target's argmax, appends the first differing argmax (or the bonus
+        token after all drafts), and drops the rejected drafts from the KV cache."""
+        llm = self.llm
+        stop_ids = self.stop_ids
+        k = self.mode.k or 10
+        llm.reset()
+        reset_peak()
+        t0 = time.perf_counter()
+        llm.eval(prompt[:-1])  # prefill: all but the last token, last-row logits only, as llamacpp
+        prefill = (time.perf_counter() - t0) * 1e3
+        seq = list(prompt)  # prompt + emitted tokens; seq[-1] is not in the KV cache yet
+        new: list[int] = []
+        ttft = 0.0
+        stop = "max_tokens"
+        rounds = drafted = accepted = 0
+        drafted_at: list[int] = []
+        accepted_at: list[int] = []
+        while len(new) < max_tokens:
+            draft = lookup_draft(seq, min(k, max_tokens - len(new) - 1))
+            base = llm.n_tokens
+            best = self._verify([seq[-1], *draft])
+            m = 0
+            while m < len(draft) and best[m] == draft[m]:
+                m += 1
+            if m < len(draft):  # the rejected drafts' KV entries go; [last token + m drafts] stay
+                llm._ctx.kv_cache_seq_rm(0, base + 1 + m, -1)
+                llm.n_tokens = base + 1 + m
+            rounds += 1
+            drafted += len(draft)
+            accepted += m
+            drafted_at.extend([0] * (len(draft) - len(drafted_at)))
+            accepted_at.extend([0] * (len(draft) - len(accepted_at)))
+            for i in range(len(draft)):
+                drafted_at[i] += 1
+                accepted_at[i] += i < m
+            if rounds == 1:
+                ttft = (time.perf_counter() - t0) * 1e3
+            emitted = [*draft[:m], best[m]]
+            seq += emitted
+            hit = next((i for i, t in enumerate(emitted) if t in stop_ids), None)
+            if hit is not None:
+                new += emitted[:hit]
+                stop = "stop_token"
+                break
+            new += emitted
+        new = new[:max_tokens]
+        total = (time.perf_counter() - t0) * 1e3
+        return Measurement(
+            task=task.id, category=task.category, mode=self.mode.name, rep=rep, order=order,
+            prompt_tokens=len(prompt), new_tokens=len(new), prefill_ms=prefill, ttft_ms=ttft,
+            decode_ms_per_token=decode_ms_per_token(total, prefill, ttft, len(new)), total_ms=total,
+            rounds=rounds, drafted=drafted, accepted=accepted,
+            acceptance_rate=accepted / drafted if drafted else 0.0,
+            mean_accepted_len=1.0 + accepted / rounds if rounds else 0.0,
+            accepted_at=tuple(accepted_at), drafted_at=tuple(drafted_at),
             peak_rss_mb=peak_rss_mb(), stop_reason=stop, tokens=tuple(new),
         )

@@ -78,8 +78,8 @@ def _anchor(mode: Mode, config: BenchConfig, engine: Engine) -> tuple[Runner | N
         why = anchor_llamacpp.unavailable(gguf, mode)
         if why:
             return None, why
-        # llama-cpp-python's lookup decoding evaluates drafts past the generated tokens: leave room
-        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 512
+        # the longest prompt and its completion; lookup drafts never reach past max_tokens
+        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 16
         return anchor_llamacpp.LlamaCppRunner(mode, gguf, config.engine.threads, n_ctx, stop), None
     except Exception as e:  # an anchor that fails to load is skipped, never faked
         return None, f"{mode.name}: skipped, failed to load: {type(e).__name__}: {e}"
@@ -198,8 +198,10 @@ def run_bench(config: BenchConfig) -> dict:
         notes.append("hf-*: transformers' generate() does not expose its prefill; there, decode ms/token is "
                      "(end-to-end − TTFT) / (new tokens − 1), and acceptance is not reported")
     if any(m.startswith("llamacpp-lookup") for m in modes):
-        notes.append("llamacpp-lookup: llama-cpp-python keeps logits for every token when a draft model is set "
-                     "(logits_all), which makes its prefill slower than plain llamacpp's")
+        notes.append("llamacpp-lookup: specd's own greedy prompt-lookup loop on llama-cpp-python (the newest "
+                     "earlier match of the last 3, 2 or 1 tokens drafts up to k tokens, verified in one batch, "
+                     "rejected drafts dropped from the KV cache), since LlamaPromptLookupDecoding fails in "
+                     "llama-cpp-python 0.3.36; its prefill is plain llamacpp's")
     if any(r.peak_rss_mb for r in runs):
         notes.append("peak RSS is this process's high-water mark during each run (Linux VmHWM, reset before "
                      "each run): it includes every model loaded in the process, anchors too")
