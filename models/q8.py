@@ -1,0 +1,152 @@
+"""specd's INT8 x INT8 linear on x86-64 AVX2 (``models/csrc/q8kernel.c``, built by the package
+install, loaded here through ctypes).
+
+Weights: int8 in blocks of 32 input channels, one fp16 scale per block (llama.cpp's Q8_0 numbers;
+scales stored ahead of each row's blocks). Activations: quantized per row and per block of 32 inside the call.
+Both scales are block-wise, so Qwen's few huge activation channels coarsen only their own block
+(as ONNX Runtime's MatMulNBits with accuracy level 4 does), and the kernel is batch-invariant by
+construction: a row's result does not depend on the other rows in the call (see the C file).
+Weights are read once per call for all rows: a forward over 5 tokens costs little more than one.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import threading
+from functools import lru_cache
+
+import torch
+
+from specd.models.errors import ModelError
+
+QK = 32
+
+
+def scale_bytes(k: int) -> int:
+    """Bytes of a weight row's fp16 block scales, padded to 8 (see ``pack``)."""
+    return (k // QK + 3) // 4 * 8
+
+
+def row_bytes(k: int) -> int:
+    return scale_bytes(k) + k
+
+
+@lru_cache(maxsize=None)
+def _cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@lru_cache(maxsize=None)
+def unavailable() -> str | None:
+    """Why the kernel cannot run here, or None when it can."""
+    spec = importlib.util.find_spec("specd.models._q8kernel")
+    if spec is None or spec.origin is None:
+        return ("specd's INT8 kernel is not built (the install needs a C compiler on x86-64: "
+                "pip install -e . again with gcc or clang present)")
+    missing = {"avx2", "fma", "f16c"} - _cpu_flags()
+    if missing:
+        return f"specd's INT8 kernel needs a CPU with {', '.join(sorted(missing))}"
+    return None
+
+
+class _Kernel:
+    def __init__(self, path: str) -> None:
+        lib = ctypes.CDLL(path)
+        p, i64 = ctypes.c_void_p, ctypes.c_int64
+        lib.q8_threads.argtypes, lib.q8_threads.restype = [], ctypes.c_int
+        lib.q8_linear.argtypes, lib.q8_linear.restype = [p, i64, i64, p, i64, p, p, p], None
+        lib.q8_quantize.argtypes, lib.q8_quantize.restype = [p, i64, i64, p, p], None
+        self.lib = lib
+        self.lock = threading.Lock()  # one call at a time: calls share torch's OpenMP pool
+
+
+_kernel: _Kernel | None = None
+_kernel_lock = threading.Lock()
+
+
+def kernel() -> _Kernel:
+    """The loaded kernel; its threads are torch's (``torch.set_num_threads``). ModelError when it
+    is unavailable."""
+    global _kernel
+    why = unavailable()
+    if why:
+        raise ModelError(why)
+    with _kernel_lock:
+        if _kernel is None:
+            _kernel = _Kernel(importlib.util.find_spec("specd.models._q8kernel").origin)
+        return _kernel
+
+
+def pack(w: torch.Tensor) -> torch.Tensor:
+    """Quantize a float weight ``[N, K]`` (K a multiple of 32) to uint8 ``[N, row_bytes(K)]``:
+    per block of 32 input channels an fp16 scale ``d = absmax / 127`` and 32 int8
+    ``round(w / d)``; a row holds its K/32 scales (zero-padded to 8 bytes), then its blocks."""
+    n, k = w.shape
+    if k % QK:
+        raise ValueError(f"in_features {k} is not a multiple of {QK}")
+    g = w.float().reshape(n, k // QK, QK)
+    d = (g.abs().amax(-1, keepdim=True) / 127).half()  # [N, nb, 1]
+    df = d.float()
+    q = torch.where(df > 0, torch.round(g / df.clamp_min(1e-30)), torch.zeros_like(g))
+    q = q.clamp(-127, 127).to(torch.int8)
+    scales = torch.zeros(n, scale_bytes(k), dtype=torch.uint8)
+    scales[:, : k // QK * 2] = d.reshape(n, -1).contiguous().view(torch.uint8)
+    return torch.cat([scales, q.reshape(n, k).view(torch.uint8)], dim=1).contiguous()
+
+
+def unpack(packed: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int8 ``[N, K]``, float32 scales ``[N, K/32]``) of a packed weight."""
+    sb = scale_bytes(k)
+    d = packed[:, : k // QK * 2].contiguous().view(torch.float16).float()
+    q = packed[:, sb:].contiguous().view(torch.int8)
+    return q, d
+
+
+def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The kernel's own activation quantization (int8 ``[n, K]``, float32 ``[n, K/32]``)."""
+    x = x.float().contiguous()
+    n, k = x.shape
+    q = torch.empty(n, k, dtype=torch.int8)
+    d = torch.empty(n, k // QK, dtype=torch.float32)
+    kernel().lib.q8_quantize(x.data_ptr(), n, k, q.data_ptr(), d.data_ptr())
+    return q, d
+
+
+class Q8Linear:
+    """``Linear`` over a packed weight (``pack``): float32 ``[n, K]`` in, float32 ``[n, N]`` out."""
+
+    def __init__(self, packed: torch.Tensor, in_features: int) -> None:
+        if packed.dtype != torch.uint8 or packed.shape[1] != row_bytes(in_features) or in_features % QK:
+            raise ModelError(f"Q8 weight of shape {tuple(packed.shape)} does not fit {in_features} input channels")
+        self.kernel = kernel()
+        self.packed = packed.contiguous()
+        self.in_features = in_features
+        self.out_features = packed.shape[0]
+
+    @classmethod
+    def from_float(cls, w: torch.Tensor) -> "Q8Linear":
+        return cls(pack(w), w.shape[1])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().contiguous()
+        n, k = x.shape
+        if k != self.in_features:
+            raise ValueError(f"expected {self.in_features} input features, got {k}")
+        y = torch.empty(n, self.out_features, dtype=torch.float32)
+        xq = torch.empty(n, k, dtype=torch.int8)
+        xd = torch.empty(n, k // QK, dtype=torch.float32)
+        with self.kernel.lock:
+            self.kernel.lib.q8_linear(self.packed.data_ptr(), self.out_features, k, x.data_ptr(), n,
+                                      y.data_ptr(), xq.data_ptr(), xd.data_ptr())
+        return y
+
+    def nbytes(self) -> int:
+        return self.packed.nbytes

@@ -1,0 +1,20 @@
+"""The one compiled part of specd: the AVX2 INT8 kernel (models/csrc/q8kernel.c), loaded through
+ctypes by specd.models.q8. Optional: where it cannot be built (no C compiler, not x86-64), the
+install still succeeds and the runtimes fall back to ONNX Runtime / torch kernels."""
+
+import platform
+import sys
+
+from setuptools import Extension, setup
+
+ext_modules = []
+if sys.platform != "win32" and platform.machine().lower() in ("x86_64", "amd64"):
+    ext_modules.append(Extension(
+        "specd.models._q8kernel",
+        sources=["models/csrc/q8kernel.c"],
+        extra_compile_args=["-O3", "-mavx2", "-mfma", "-mf16c", "-std=c11", "-fopenmp"],
+        extra_link_args=["-fopenmp"],
+        optional=True,
+    ))
+
+setup(ext_modules=ext_modules)
