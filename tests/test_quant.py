@@ -127,7 +127,7 @@ def test_cuda_paths() -> None:
 
 @pytest.mark.parametrize("target_quant, draft_quant, backend", [
     ("int8", "int4", "torch"), ("int4", "int8", "torch"), ("fp8", "int4", "torch"),
-    ("int8", "int4", "auto"),  # the defaults: ONNX Runtime on the CPU
+    ("int8", "int4", "auto"),  # the defaults (specd's INT8 kernel where it runs, else ONNX Runtime)
 ])
 def test_greedy_matches_target_with_quantized_target(tmp_path, target_quant, draft_quant, backend) -> None:
     from specd.engine.engine import CompletionRequest, Engine, EngineConfig
@@ -141,7 +141,10 @@ def test_greedy_matches_target_with_quantized_target(tmp_path, target_quant, dra
         spec = engine.complete(CompletionRequest("for i in range(", max_tokens=24, k=k))
         plain = engine.complete(CompletionRequest("for i in range(", max_tokens=24, mode="target"))
         assert spec.tokens == plain.tokens
-    stored = f"quant-{target_quant}*.safetensors" if backend == "torch" else f"ort-{target_quant}*.onnx"
+    from specd.models.loader import resolve_backend
+
+    runtime = resolve_backend(backend, target_quant, "cpu")
+    stored = f"quant-{target_quant}*.safetensors" if runtime == "torch" else f"ort-{target_quant}*.onnx"
     assert list(t.glob(stored))  # quantized once, stored
 
 

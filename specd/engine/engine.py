@@ -63,7 +63,8 @@ class EngineConfig:
     max_len: int = 4096  # KV cache capacity, tokens
     windows: PromptWindows = field(default_factory=PromptWindows)
     threads: int = 0  # torch (and ONNX Runtime) intra-op threads; 0 = the library's default
-    # auto: ONNX Runtime on the CPU for int8 | int4 | fp32 (faster there), torch otherwise; or torch | ort
+    # auto: on the CPU, int8 on torch with specd's INT8 kernel (ONNX Runtime without it), int4 | fp32 on
+    # ONNX Runtime; torch otherwise (CUDA, bf16, fp8); or torch | ort
     target_backend: str = "auto"
     draft_backend: str = "auto"
 
