@@ -40,13 +40,14 @@ def git_commit(repo: Path) -> dict:
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True,
-                                  timeout=10).stdout.strip()
+                                  timeout=10).stdout
         except (OSError, subprocess.SubprocessError):
             return ""
 
-    commit = git("rev-parse", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-    return {"commit": commit or None, "subject": git("log", "-1", "--format=%s") or None,
+    commit = git("rev-parse", "HEAD").strip()
+    # porcelain lines are "XY PATH": not stripped, or " M a" would lose the path's first letter
+    dirty = git("status", "--porcelain", "--untracked-files=no").rstrip("\n")
+    return {"commit": commit or None, "subject": git("log", "-1", "--format=%s").strip() or None,
             "dirty_files": [line[3:] for line in dirty.splitlines()] if dirty else []}
 
 
