@@ -110,3 +110,17 @@ def test_structure_k_keeps_greedy_output() -> None:
                         make_classifier(tiny_tokenizer()))
     spec, _ = generate(target, prompt, max_new_tokens=24, drafter=ModelDrafter(draft), k=policy)
     assert spec == plain and sum(policy.rounds.values()) > 0
+
+
+def test_cost_cache_is_keyed_by_the_runtime_that_runs(tmp_path, monkeypatch) -> None:
+    """The same configuration names on another runtime (``auto`` resolving to torch or ONNX
+    Runtime) must not reuse the other's measured curve."""
+    from specd.engine.engine import Engine, EngineConfig
+    from tests.tiny import save_tiny_model
+
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
+    t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
+    paths = {Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
+                                      max_len=256, target_backend=b, draft_backend="torch"))._costs_path()
+             for b in ("torch", "ort")}
+    assert len(paths) == 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -273,23 +274,27 @@ class Engine:
         return Completion(text, tokens, stats, proposed)
 
     def _costs(self) -> CostModel:
-        """Measured step costs for the K policy, cached per machine and model pair."""
+        """Measured step costs for the K policy, cached per machine, model pair and runtime."""
+        draft_model = self.draft if self.config.drafter != "ngram" else None
+        cost = cached_costs(self._costs_path(), self.target, draft_model)
+        if draft_model is None:  # n-gram drafts are free
+            cost = CostModel(0.0, cost.verify_ms)
+        return cost
+
+    def _costs_path(self) -> Path:
         import hashlib
         import platform
 
         from specd.models.registry import cache_root
 
         draft_model = self.draft if self.config.drafter != "ngram" else None
-        backends = () if (self.config.target_backend, self.config.draft_backend) == ("torch", "torch") else (
-            self.config.target_backend, self.config.draft_backend)  # torch/torch keeps its old cache key
+        # keyed by what actually runs (runtime and kernel), not by the configured names: "auto"
+        # resolves differently as runtimes are added, and a stale curve misleads the K policy
+        runtimes = (_runtime_tag(self.target), _runtime_tag(draft_model) if draft_model is not None else "-")
         key = "|".join(map(str, (self.config.target, self.config.target_quant, self.config.draft,
                                  self.config.draft_quant, self.config.draft_head_vocab, self.config.drafter,
-                                 platform.machine(), platform.processor(), torch.get_num_threads(), *backends)))
-        path = cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
-        cost = cached_costs(path, self.target, draft_model)
-        if draft_model is None:  # n-gram drafts are free
-            cost = CostModel(0.0, cost.verify_ms)
-        return cost
+                                 platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes)))
+        return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
 
     def reset(self) -> None:
         """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""
@@ -372,3 +377,12 @@ class _TextStream:
         text = self.stopped_text if self.stopped_text is not None else self._cut(self.tokenizer.decode(tokens), True)[0]
         self._emit(text)
         return text
+
+
+def _runtime_tag(model: object) -> str:
+    """What runs a model: its runtime class and, for the torch decoder, its linear layers' kernel
+    (for ONNX Runtime, its graph's mode)."""
+    layers = getattr(model, "layers", None)
+    if layers:
+        return f"{type(model).__name__}:{type(layers[0]['qkv']).__name__}"
+    return f"{type(model).__name__}:{getattr(model, 'mode', '')}"
