@@ -155,8 +155,13 @@ def test_parse_modes() -> None:
 
 
 def test_lookup_draft() -> None:
-    """llamacpp-lookup's drafter: the newest earlier match of the longest tail n-gram (3, 2, 1)."""
-    from specd.bench.anchor_llamacpp import lookup_draft
+    """llamacpp-lookup's drafter (the engine's n-gram lookup, n = 3 .. 1): the newest earlier match
+    of the longest tail n-gram."""
+    from specd.bench.anchor_llamacpp import MAX_NGRAM
+    from specd.engine.ngram import lookup
+
+    def lookup_draft(seq: list[int], k: int) -> list[int]:
+        return lookup(seq, k, MAX_NGRAM, 1)
 
     seq = [1, 2, 3, 9, 8, 1, 2, 3, 7, 6, 5, 0, 2, 3]
     assert lookup_draft(seq, 10) == [7, 6, 5, 0, 2, 3]  # "2 3" (no earlier "0 2 3"), newest match

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from specd.bench.measurement import Measurement, decode_ms_per_token
 from specd.bench.modes import Mode
 from specd.bench.rss import peak_rss_mb, reset_peak
 from specd.bench.tasks import Task
+from specd.engine.ngram import lookup
 
 INSTALL = ("pip install llama-cpp-python (PyPI ships a source archive: it builds llama.cpp, "
            "~10-20 min on 2 cores, needs cmake and a C++ compiler)")
@@ -34,21 +34,6 @@ def unavailable(gguf: Path | None, mode: Mode) -> str | None:
         return (f"{mode.name}: no GGUF file for the target ({gguf or 'the target was not given as a GGUF'}); "
                 "use a published name (`specd models pull`) or --target FILE.gguf")
     return None
-
-
-def lookup_draft(seq: Sequence[int], k: int, max_ngram: int = MAX_NGRAM) -> list[int]:
-    """Prompt lookup: for n = max_ngram .. 1, the newest earlier occurrence of ``seq``'s last n
-    tokens; the draft is the (up to) ``k`` tokens that followed it. Empty when nothing matches."""
-    size = len(seq)
-    if k <= 0:
-        return []
-    for n in range(min(max_ngram, size - 1), 0, -1):
-        tail = list(seq[size - n:])
-        first = tail[0]
-        for j in range(size - n - 1, -1, -1):  # newest first; j + n < size: a continuation exists
-            if seq[j] == first and list(seq[j:j + n]) == tail:
-                return list(seq[j + n:j + n + k])
-    return []
 
 
 class LlamaCppRunner:
@@ -106,10 +91,11 @@ class LlamaCppRunner:
         return logits.argmax(axis=1).tolist()
 
     def _run_lookup(self, task: Task, prompt: list[int], max_tokens: int, rep: int, order: int) -> Measurement:
-        """Greedy prompt-lookup decoding: each round drafts by ``lookup_draft`` (at most mode.k
-        tokens, never past max_tokens), evaluates [last token + drafts] in one batch, keeps drafts
-        while they equal the target's argmax, appends the first differing argmax (or the bonus
-        token after all drafts), and drops the rejected drafts from the KV cache."""
+        """Greedy prompt-lookup decoding: each round drafts by the engine's n-gram ``lookup``
+        (n = 3 .. 1, at most mode.k tokens, never past max_tokens), evaluates [last token +
+        drafts] in one batch, keeps drafts while they equal the target's argmax, appends the first
+        differing argmax (or the bonus token after all drafts), and drops the rejected drafts from
+        the KV cache."""
         llm = self.llm
         stop_ids = self.stop_ids
         k = self.mode.k or 10
@@ -126,7 +112,7 @@ class LlamaCppRunner:
         drafted_at: list[int] = []
         accepted_at: list[int] = []
         while len(new) < max_tokens:
-            draft = lookup_draft(seq, min(k, max_tokens - len(new) - 1))
+            draft = lookup(seq, min(k, max_tokens - len(new) - 1), MAX_NGRAM, 1)
             base = llm.n_tokens
             best = self._verify([seq[-1], *draft])
             m = 0
