@@ -120,7 +120,7 @@ def resolve_backend(backend: str, quant: str, device: str) -> str:
 
     if device != "cpu":
         return "torch"
-    if quant == "int8" and q8.unavailable() is None:
+    if quant == "int8" and q8.available():
         return "torch"
     return "ort" if quant in ORT_QUANTS else "torch"
 

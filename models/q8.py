@@ -57,11 +57,14 @@ def unavailable() -> str | None:
     return None
 
 
+def available() -> bool:
+    return unavailable() is None
+
+
 class _Kernel:
     def __init__(self, path: str) -> None:
         lib = ctypes.CDLL(path)
         p, i64 = ctypes.c_void_p, ctypes.c_int64
-        lib.q8_threads.argtypes, lib.q8_threads.restype = [], ctypes.c_int
         lib.q8_linear.argtypes, lib.q8_linear.restype = [p, i64, i64, p, i64, p, p, p], None
         lib.q8_quantize.argtypes, lib.q8_quantize.restype = [p, i64, i64, p, p], None
         self.lib = lib

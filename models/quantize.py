@@ -23,6 +23,7 @@ from typing import Protocol
 
 import torch
 
+from specd.models import q8
 from specd.models.calibrate import outlier_channels
 from specd.models.errors import ModelError
 from specd.models.quant import (
@@ -56,15 +57,8 @@ def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
 _ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
 
 
-def _q8() -> bool:
-    """specd's INT8 kernel runs here (built, and the CPU has AVX2/FMA/F16C)."""
-    from specd.models import q8
-
-    return q8.unavailable() is None
-
-
 def _artifact(directory: Path, mode: str) -> Path:
-    version = "-q8" if mode == "int8" and _q8() else _ARTIFACT_VERSION.get(mode, "")
+    version = "-q8" if mode == "int8" and q8.available() else _ARTIFACT_VERSION.get(mode, "")
     return directory / f"quant-{mode}{version}.safetensors"
 
 
@@ -105,7 +99,7 @@ class _QuantStore:
         self.stored: dict[str, torch.Tensor] = {}
         self.fresh: dict[str, torch.Tensor] = {}
         self.expected = 0
-        self.q8 = mode == "int8" and _q8()  # block-wise kernel: no outlier calibration needed
+        self.use_q8 = mode == "int8" and q8.available()  # block-wise kernel: no outlier calibration needed
         if path is not None and path.exists():
             from safetensors.torch import load_file
 
@@ -116,7 +110,7 @@ class _QuantStore:
 
     @property
     def needs_calibration(self) -> bool:
-        return self.mode == "int8" and not self.q8 and not self.stored
+        return self.mode == "int8" and not self.use_q8 and not self.stored
 
     def __call__(self, name: str, weight: torch.Tensor) -> Linear:
         tensors = {k[len(name) + 1 :]: v for k, v in self.stored.items() if k.startswith(name + ":")}
@@ -126,13 +120,12 @@ class _QuantStore:
         return self._build(name, tensors)
 
     def _quantize(self, name: str, w: torch.Tensor) -> dict[str, torch.Tensor]:
-        if self.q8:
-            from specd.models.q8 import pack
-
-            if w.shape[1] % 32:
-                raise ModelError(f"{self.model}: {name} has {w.shape[1]} input channels, not a multiple "
-                                 "of 32 (specd's INT8 blocks); use --*-quant bf16 for this model")
-            return {"p": pack(w), "k": torch.tensor([w.shape[1]])}
+        if self.use_q8:
+            try:
+                return {"p": q8.pack(w), "k": torch.tensor([w.shape[1]])}
+            except ValueError as e:  # in_features not a multiple of 32
+                raise ModelError(f"{self.model}: {name}: {e} (specd's INT8 blocks); use --*-quant bf16 "
+                                 "for this model") from e
         if self.mode == "int8":
             outliers = outlier_channels(self.stats[name]) if name in self.stats else torch.zeros(0, dtype=torch.long)
             layer = Int8RowLinear.from_float(w, outliers)
@@ -160,10 +153,8 @@ class _QuantStore:
         raise ModelError(f"{self.model}: unknown quantization {self.mode!r}")
 
     def _build(self, name: str, t: dict[str, torch.Tensor]) -> Linear:
-        if self.q8:
-            from specd.models.q8 import Q8Linear
-
-            return Q8Linear(t["p"], int(t["k"][0]))
+        if self.use_q8:
+            return q8.Q8Linear(t["p"], int(t["k"][0]))
         if self.mode == "int8":
             return Int8RowLinear(t["q"], t["scale"], t.get("oidx"), t.get("ow"))
         if self.mode == "int4":

@@ -120,7 +120,8 @@ def test_cost_cache_is_keyed_by_the_runtime_that_runs(tmp_path, monkeypatch) -> 
 
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
     t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
-    paths = {Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
-                                      max_len=256, target_backend=b, draft_backend="torch"))._costs_path()
-             for b in ("torch", "ort")}
+    engines = [Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
+                                        max_len=256, target_backend=b, draft_backend="torch"))
+               for b in ("torch", "ort")]
+    paths = {e._costs_path(e.draft) for e in engines}
     assert len(paths) == 2

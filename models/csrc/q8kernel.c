@@ -28,10 +28,8 @@
 #else
 static int omp_get_num_threads(void) { return 1; }
 static int omp_get_thread_num(void) { return 0; }
-static int omp_get_max_threads(void) { return 1; }
 #endif
 #include <stdint.h>
-#include <string.h>
 
 #define QK 32
 #ifndef OCHUNK
@@ -225,8 +223,6 @@ void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
         gemm_part(w, k, xq, xd, n, y, N, split(N, t, tid, 16), split(N, t, tid + 1, 16));
     }
 }
-
-int q8_threads(void) { return omp_get_max_threads(); }
 
 /* exposed for tests: the activation quantization alone */
 void q8_quantize(const float *x, int64_t n, int64_t k, int8_t *q, float *d) {

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -276,18 +276,17 @@ class Engine:
     def _costs(self) -> CostModel:
         """Measured step costs for the K policy, cached per machine, model pair and runtime."""
         draft_model = self.draft if self.config.drafter != "ngram" else None
-        cost = cached_costs(self._costs_path(), self.target, draft_model)
+        cost = cached_costs(self._costs_path(draft_model), self.target, draft_model)
         if draft_model is None:  # n-gram drafts are free
             cost = CostModel(0.0, cost.verify_ms)
         return cost
 
-    def _costs_path(self) -> Path:
+    def _costs_path(self, draft_model: CausalLM | None) -> Path:
         import hashlib
         import platform
 
         from specd.models.registry import cache_root
 
-        draft_model = self.draft if self.config.drafter != "ngram" else None
         # keyed by what actually runs (runtime and kernel), not by the configured names: "auto"
         # resolves differently as runtimes are added, and a stale curve misleads the K policy
         runtimes = (_runtime_tag(self.target), _runtime_tag(draft_model) if draft_model is not None else "-")
