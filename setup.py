@@ -11,7 +11,7 @@ ext_modules = []
 if sys.platform != "win32" and platform.machine().lower() in ("x86_64", "amd64"):
     ext_modules.append(Extension(
         "specd.models._q8kernel",
-        sources=["models/csrc/q8kernel.c"],
+        sources=["models/csrc/q8kernel.c", "models/csrc/q8layer.c"],
         extra_compile_args=["-O3", "-mavx2", "-mfma", "-mf16c", "-std=c11", "-fopenmp"],
         extra_link_args=["-fopenmp"],
         optional=True,

@@ -32,6 +32,8 @@ import torch.nn.functional as F
 
 from specd.models.config import ModelConfig
 from specd.models.kv_cache import CacheOwner, KVCache
+from specd.models import q8layer
+from specd.models.q8layer import FusedLayers
 from specd.models.quant import DenseLinear, Linear
 
 # Builds the linear layer for a (fused) weight: name, float weight [N, K] -> Linear.
@@ -51,11 +53,14 @@ class Decoder(CacheOwner):
         linear_factory: LinearFactory | None = None,
         head_rows: list[int] | None = None,
         row_attention: bool = True,
+        fused: bool = True,
     ) -> None:
         """``linear_factory`` turns each float weight into a layer (quantized ones, see
         ``specd.models.quant``); by default a dense layer in ``compute_dtype``. ``head_rows``
         restricts the output head to those token ids (a draft's sub-vocabulary, see
-        ``specd.models.subvocab``): every other token gets logit -inf."""
+        ``specd.models.subvocab``): every other token gets logit -inf. ``fused``: run the layers
+        through ``specd.models.q8layer`` when every linear is specd's INT8 kernel (the default;
+        False keeps the Python loop, the reference it is tested against)."""
         self.config = config
         self.compute_dtype = compute_dtype
         self.row_attention = row_attention  # batch-invariant attention (see the module docstring)
@@ -108,6 +113,10 @@ class Decoder(CacheOwner):
         self.cache = KVCache(
             c.num_layers, c.num_kv_heads, c.head_dim, max_len, torch.float32, self.device
         )
+        # every linear on specd's INT8 kernel: each layer runs as one C call (specd.models.q8layer)
+        self.fused: FusedLayers | None = None
+        if fused and q8layer.supports(c, self.layers, self.device):
+            self.fused = FusedLayers(c, self.layers, max_len)
 
     # -- properties the engine relies on ------------------------------------------------------
     @property
@@ -217,7 +226,14 @@ class Decoder(CacheOwner):
         scale = hd**-0.5
 
         x = self.embed[tokens].float()  # [n, H]
-        for li, layer in enumerate(self.layers):
+        if self.fused is not None and self.observer is None:
+            if attn_mask is not None:
+                _visible_new_tokens(attn_mask)  # the same checks as the Python loop
+                attn_mask = attn_mask.to("cpu", torch.uint8).contiguous()
+            x = x.contiguous()
+            self.fused.run(x, start, cache.k, cache.v, cos[:, 0], sin[:, 0], attn_mask)
+        layers = self.layers if self.fused is None or self.observer is not None else []
+        for li, layer in enumerate(layers):
             h = self._rms(x, layer["in_norm"])
             qkv = self._apply(li, "qkv", layer, h)  # [n, (nh + 2 nkv) hd]
             if layer["qkv_bias"] is not None:

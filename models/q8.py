@@ -67,6 +67,9 @@ class _Kernel:
         p, i64 = ctypes.c_void_p, ctypes.c_int64
         lib.q8_linear.argtypes, lib.q8_linear.restype = [p, i64, i64, p, i64, p, p, p], None
         lib.q8_quantize.argtypes, lib.q8_quantize.restype = [p, i64, i64, p, p], None
+        lib.q8_layer.argtypes = [p, p, ctypes.c_float, p, i64, i64, p, p, p, p, p, p]
+        lib.q8_layer.restype = None
+        lib.q8_layer_scratch.argtypes, lib.q8_layer_scratch.restype = [p, i64], i64
         self.lib = lib
         self.lock = threading.Lock()  # one call at a time: calls share torch's OpenMP pool
 

@@ -1,0 +1,182 @@
+/* One Qwen2/Llama decoder layer over n new tokens, in C, its linear layers through specd's INT8
+ * kernel (q8_linear in q8kernel.c): what models/decoder.py's Python loop does per layer, without
+ * the ~40 small torch ops per layer that cost a 28-layer model ~25 ms per step on two cores.
+ *
+ *   h = rms(x) * in_norm;  q, k, v = split(h @ Wqkv + b);  q, k = rope(q), rope(k)
+ *   cache[start + i] = k_i, v_i;  a_i = softmax(q_i . keys / sqrt(hd)) @ values   (per head)
+ *   x += a @ Wo;  h = rms(x) * post_norm;  g, u = split(h @ Wgu);  x += (silu(g) * u) @ Wdown
+ *
+ * Batch invariance (the exactness contract: a position's logits must not depend on how many
+ * tokens share the target's forward): every row goes through the same instructions whatever n
+ * is. Norms, rotary embeddings and activations are per row; attention runs per (row, head) over
+ * exactly the keys that row sees, in position order (the cache, then the new tokens the mask
+ * lets it see), with fixed 8-lane accumulation; the linears are batch-invariant by construction
+ * (q8kernel.c). A row verified among K others therefore equals the same row decoded alone.
+ *
+ * Layouts: x [n, H] float32 (updated in place); the layer's KV cache k, v [nkv, cap, hd] float32;
+ * cos, sin [n, hd]; mask [n, n] uint8 (1 = may attend) or NULL for causal; scratch: floats, as
+ * many as q8_layer_scratch() says.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
+               int8_t *xq, float *xd);
+
+/* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity */
+enum { D_H, D_NH, D_NKV, D_HD, D_I, D_CAP };
+/* weights[]: qkv, o, gate_up, down (packed, q8.pack), in_norm, post_norm, qkv bias (or NULL) */
+enum { W_QKV, W_O, W_GU, W_DOWN, W_IN_NORM, W_POST_NORM, W_QKV_BIAS };
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* e^x, 8 lanes (Cephes' polynomial, as avx_mathfun): relative error ~1e-7; inputs clamped to
+ * [-87, 88] (below -87 the result is ~1e-38, not 0: callers mask lanes that must not count) */
+static inline __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 fx = _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f),
+                                                _mm256_set1_ps(0.5f)));
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+static float dot(const float *a, const float *b, int64_t len) { /* len % 8 == 0 */
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < len; i += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    return hsum8(acc);
+}
+
+/* out = x * rsqrt(mean(x^2) + eps) * w, one row of H (H % 8 == 0) */
+static void rms_norm(const float *x, const float *w, int64_t H, float eps, float *out) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < H; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        acc = _mm256_fmadd_ps(v, v, acc);
+    }
+    const __m256 r = _mm256_set1_ps(1.0f / sqrtf(hsum8(acc) / (float)H + eps));
+    for (int64_t i = 0; i < H; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), r), _mm256_loadu_ps(w + i)));
+}
+
+/* NeoX rotary embedding of `heads` vectors of hd, in place: t*cos + rotate_half(t)*sin */
+static void rope(float *t, int64_t heads, int64_t hd, const float *cos, const float *sin) {
+    const int64_t half = hd / 2;
+    for (int64_t h = 0; h < heads; h++) {
+        float *v = t + h * hd;
+        for (int64_t j = 0; j < half; j++) {
+            const float a = v[j], b = v[j + half];
+            v[j] = a * cos[j] - b * sin[j];
+            v[j + half] = b * cos[j + half] + a * sin[j + half];
+        }
+    }
+}
+
+int64_t q8_layer_scratch(const int64_t *d, int64_t n) {
+    const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], kvd = d[D_NKV] * d[D_HD], I = d[D_I];
+    const int64_t kmax = H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
+    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + n * kmax / 4 + n * kmax / 32 + 64;
+}
+
+void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64_t n, int64_t start,
+              float *kc, float *vc, const float *cos, const float *sin, const uint8_t *mask,
+              float *scratch) {
+    const int64_t H = d[D_H], nh = d[D_NH], nkv = d[D_NKV], hd = d[D_HD], I = d[D_I], cap = d[D_CAP];
+    const int64_t qd = nh * hd, kvd = nkv * hd, qkvd = qd + 2 * kvd, group = nh / nkv;
+    const int64_t kmax = H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
+    float *h = scratch, *qkv = h + n * H, *attn = qkv + n * qkvd, *gu = attn + n * qd;
+    float *act = gu + n * 2 * I, *y = act + n * I;
+    int8_t *xq = (int8_t *)(y + n * H);
+    float *xd = (float *)(xq + n * kmax);
+    const float *bias = (const float *)w[W_QKV_BIAS];
+
+    for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_IN_NORM], H, eps, h + i * H);
+    q8_linear((const uint8_t *)w[W_QKV], qkvd, H, h, n, qkv, xq, xd);
+    for (int64_t i = 0; i < n; i++) {
+        float *r = qkv + i * qkvd;
+        if (bias)
+            for (int64_t j = 0; j < qkvd; j++) r[j] += bias[j];
+        rope(r, nh + nkv, hd, cos + i * hd, sin + i * hd); /* q heads then k heads: contiguous */
+        for (int64_t g = 0; g < nkv; g++) {
+            memcpy(kc + (g * cap + start + i) * hd, r + qd + g * hd, hd * sizeof(float));
+            memcpy(vc + (g * cap + start + i) * hd, r + qd + kvd + g * hd, hd * sizeof(float));
+        }
+    }
+
+    const float scale = 1.0f / sqrtf((float)hd);
+#pragma omp parallel
+    {
+        /* scores of one (row, head): at most start + n visible keys, padded to 8 lanes */
+        float *sc = malloc(((start + n + 7) / 8 * 8) * sizeof(float));
+        int64_t *pos = malloc((start + n) * sizeof(int64_t));
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n * nh; t++) {
+            const int64_t i = t / nh, hq = t % nh, g = hq / group;
+            const float *q = qkv + i * qkvd + hq * hd;
+            const float *keys = kc + g * cap * hd, *vals = vc + g * cap * hd;
+            int64_t m = 0;
+            for (int64_t p = 0; p < start; p++) pos[m++] = p;
+            for (int64_t j = 0; j < n; j++)
+                if (mask ? mask[i * n + j] != 0 : j <= i) pos[m++] = start + j;
+            float mx = -INFINITY;
+            for (int64_t s = 0; s < m; s++) {
+                sc[s] = dot(q, keys + pos[s] * hd, hd) * scale;
+                mx = sc[s] > mx ? sc[s] : mx;
+            }
+            const int64_t m8 = (m + 7) / 8 * 8;
+            for (int64_t s = m; s < m8; s++) sc[s] = mx; /* padding, masked to 0 below */
+            __m256 sum = _mm256_setzero_ps();
+            const __m256 vmx = _mm256_set1_ps(mx), vm = _mm256_set1_ps((float)m);
+            const __m256 lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+            for (int64_t s = 0; s < m8; s += 8) {
+                const __m256 valid = _mm256_cmp_ps(_mm256_add_ps(lanes, _mm256_set1_ps((float)s)), vm, _CMP_LT_OQ);
+                const __m256 e = _mm256_and_ps(valid, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmx)));
+                _mm256_storeu_ps(sc + s, e);
+                sum = _mm256_add_ps(sum, e);
+            }
+            const float inv = 1.0f / hsum8(sum);
+            float *out = attn + i * qd + hq * hd;
+            for (int64_t c = 0; c < hd; c += 8) {
+                __m256 acc = _mm256_setzero_ps();
+                for (int64_t s = 0; s < m; s++)
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[s]), _mm256_loadu_ps(vals + pos[s] * hd + c), acc);
+                _mm256_storeu_ps(out + c, _mm256_mul_ps(acc, _mm256_set1_ps(inv)));
+            }
+        }
+        free(sc);
+        free(pos);
+    }
+
+    q8_linear((const uint8_t *)w[W_O], H, qd, attn, n, y, xq, xd);
+    for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
+    for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_POST_NORM], H, eps, h + i * H);
+    q8_linear((const uint8_t *)w[W_GU], 2 * I, H, h, n, gu, xq, xd);
+    for (int64_t i = 0; i < n; i++) {
+        const float *gate = gu + i * 2 * I, *up = gate + I;
+        float *a = act + i * I;
+        for (int64_t j = 0; j < I; j += 8) { /* silu(g) * u = g / (1 + e^-g) * u */
+            const __m256 g = _mm256_loadu_ps(gate + j);
+            const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+            const __m256 s = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+            _mm256_storeu_ps(a + j, _mm256_mul_ps(s, _mm256_loadu_ps(up + j)));
+        }
+    }
+    q8_linear((const uint8_t *)w[W_DOWN], H, I, act, n, y, xq, xd);
+    for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
+}

@@ -1,0 +1,82 @@
+"""specd's fused decoder layer (models/csrc/q8layer.c): the same model as the Python loop, to
+float rounding; each row's logits independent of the other rows in the forward, bit for bit,
+for causal rows and for token-tree rows; and the KV cache it writes is the one decoding writes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specd.models import q8
+from specd.models.decoder import Decoder
+from tests.tiny import tiny_config, tiny_weights
+
+pytestmark = pytest.mark.skipif(not q8.available(), reason=q8.unavailable() or "")
+
+
+def _pair(seed: int = 0, **kw) -> tuple[Decoder, Decoder]:
+    c = tiny_config(vocab=96, hidden=64, layers=3, heads=4, kv_heads=2, **kw)  # head_dim 16
+    w = tiny_weights(c, seed)
+    make = lambda name, weight: q8.Q8Linear.from_float(weight)  # noqa: E731
+    fused = Decoder(c, w, compute_dtype=torch.float32, max_len=128, linear_factory=make)
+    loop = Decoder(c, w, compute_dtype=torch.float32, max_len=128, linear_factory=make, fused=False)
+    assert fused.fused is not None and loop.fused is None
+    return fused, loop
+
+
+def test_fused_layers_match_the_python_loop() -> None:
+    fused, loop = _pair()
+    tokens = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(1))
+    for chunk in (tokens[:30], tokens[30:31], tokens[31:36]):
+        a, b = fused.forward(chunk), loop.forward(chunk)
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * float(b.abs().max()))
+        assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.9
+    torch.testing.assert_close(fused.cache.k[:, :, :36], loop.cache.k[:, :, :36], rtol=0, atol=2e-2)
+
+
+def test_rows_do_not_depend_on_the_batch() -> None:
+    """A row verified among others is bit for bit the row decoded alone (the exactness contract)."""
+    fused, _ = _pair(seed=2)
+    tokens = torch.randint(0, 96, (25,), generator=torch.Generator().manual_seed(3))
+    fused.forward(tokens[:20])
+    batched = fused.forward(tokens[20:25])  # [5, V]
+    fused.rollback(20)
+    alone = torch.cat([fused.forward(tokens[i : i + 1]) for i in range(20, 25)])
+    assert torch.equal(batched, alone)
+    k_alone = fused.cache.k[:, :, 20:25].clone()
+    fused.rollback(20)
+    fused.forward(tokens[20:25])
+    assert torch.equal(fused.cache.k[:, :, 20:25], k_alone)
+
+
+def test_tree_rows_equal_their_path_decoded_alone() -> None:
+    """Token tree: root r, children a and b of r, c child of a. Row c (positions r, a, c) must equal
+    decoding r, a, c one by one; row b (r, b) equals decoding r, b."""
+    fused, _ = _pair(seed=4)
+    ctx = torch.randint(0, 96, (12,), generator=torch.Generator().manual_seed(5))
+    r, a, b, c = 7, 11, 13, 17
+    fused.forward(ctx)
+    mask = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 0, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
+    pos = torch.tensor([12, 13, 13, 14])
+    tree = fused.forward(torch.tensor([r, a, b, c]), positions=pos, attn_mask=mask)
+    fused.rollback(12)
+    path_a = fused.forward(torch.tensor([r, a, c]))
+    fused.rollback(13)
+    path_b = fused.forward(torch.tensor([b]))
+    assert torch.equal(tree[[0, 1, 3]], path_a)
+    assert torch.equal(tree[2], path_b[0])
+
+
+def test_bad_tree_mask_is_a_clear_error() -> None:
+    fused, _ = _pair()
+    with pytest.raises(ValueError, match="attend to itself"):
+        fused.forward(torch.tensor([1, 2]), attn_mask=torch.tensor([[1, 0], [1, 0]], dtype=torch.bool))
+
+
+def test_calibration_observer_takes_the_python_loop() -> None:
+    fused, _ = _pair()
+    seen: list[str] = []
+    fused.observer = lambda name, x: seen.append(name)
+    fused.forward(torch.tensor([1, 2, 3]))
+    assert len(seen) == 3 * 4
