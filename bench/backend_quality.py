@@ -1,9 +1,13 @@
 #!/usr/bin/env python
 """Top-1 agreement and KL of each runtime's quantized model against the torch bf16 reference that
 ``bench/quant_quality.py`` caches (``bench/out/ref-<model>-256.pt``; run it first), on the same
-held-out code; then the greedy / T=1 acceptance of the pair. Variants ``role:quant:backend``.
+held-out code; then the greedy / T=1 acceptance of each draft against the (first) target.
+Variants ``role:quant:backend[@N]``, ``@N`` an N-token sub-vocabulary head (drafts; its KL against
+the full-vocabulary reference is infinite, so the reference's probability mass outside the head is
+printed instead).
 
     flock /tmp/specd-heavy.lock python bench/backend_quality.py target:int8:ort,draft:int4:ort
+    flock /tmp/specd-heavy.lock python bench/backend_quality.py target:int8:torch,draft:int4:torch@32768,draft:int4:ort
 """
 import json
 import sys
@@ -19,19 +23,27 @@ from specd.models.loader import load_model  # noqa: E402
 
 def main() -> None:
     torch.set_num_threads(2)
-    lp = {}
+    target = None
+    drafts = []
     for variant in sys.argv[1].split(","):
         role, quant, backend = variant.split(":")
+        backend, _, head = backend.partition("@")
         spec = "qwen2.5-coder-1.5b" if role == "target" else "qwen2.5-coder-0.5b"
         ref = torch.cat(torch.load(Path(__file__).resolve().parent / "out" / f"ref-{spec}-256.pt"))
-        m = load_model(spec, quant=quant, max_len=300, backend=backend, threads=2)
+        m = load_model(spec, quant=quant, max_len=300, backend=backend, threads=2, head_vocab=int(head or 0))
         q = torch.cat([logprobs(m.model, ids) for ids in held_out_texts(256, m.tokenizer)])
-        lp[role] = (ref, q)
-        print(variant, json.dumps(compare(ref, q)), flush=True)
+        stats = compare(ref, q)
+        if head:
+            stats["ref_mass_outside_head"] = round(float(ref.exp()[q.isinf()].sum() / ref.shape[0]), 5)
+        print(variant, json.dumps(stats), flush=True)
+        if role == "target" and target is None:
+            target = (ref, q)
+        elif role == "draft":
+            drafts.append((variant, ref, q))
         del m
-    if {"target", "draft"} <= lp.keys():
-        print("pair", json.dumps(acceptance(lp["target"][1], lp["draft"][1])))
-        print("pair bf16 / bf16", json.dumps(acceptance(lp["target"][0], lp["draft"][0])))
+    for variant, ref, q in drafts if target is not None else []:
+        print("pair", sys.argv[1].split(",")[0], "/", variant, json.dumps(acceptance(target[1], q)))
+        print("pair bf16 / bf16", json.dumps(acceptance(target[0], ref)))
 
 
 if __name__ == "__main__":

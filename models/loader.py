@@ -109,10 +109,10 @@ def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: s
 
 
 def resolve_backend(backend: str, quant: str, device: str) -> str:
-    """``auto`` on the CPU: int8 on the torch runtime when specd's INT8 kernel runs here (as
-    fast as ONNX Runtime for one token, ~17 % cheaper for five, same quality: bench/RESULTS.md),
-    ONNX Runtime for the other modes it runs (int4 | fp32 | int8 without the kernel); torch
-    otherwise (CUDA, bf16, fp8)."""
+    """``auto`` on the CPU: int8 and int4 on the torch runtime when specd's kernels run here (their
+    layers fused in C: the INT8 target's step ~20 % cheaper than ONNX Runtime's, the INT4 draft's
+    ~half, bench/RESULTS.md), ONNX Runtime for the other modes it runs (fp32, and int8 | int4
+    without the kernels); torch otherwise (CUDA, bf16, fp8)."""
     if backend != "auto":
         return backend
     from specd.models import q8
@@ -120,7 +120,7 @@ def resolve_backend(backend: str, quant: str, device: str) -> str:
 
     if device != "cpu":
         return "torch"
-    if quant == "int8" and q8.available():
+    if quant in ("int8", "int4") and q8.available():
         return "torch"
     return "ort" if quant in ORT_QUANTS else "torch"
 

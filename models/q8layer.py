@@ -1,5 +1,5 @@
 """The decoder's layers in one C call each (``models/csrc/q8layer.c``), when every linear layer
-is specd's INT8 kernel (``Q8Linear``): norms, rotary embeddings, the KV-cache write, per-row
+is specd's INT8 kernel (``Q8Linear``) or every one its INT4 kernel (``Q4Linear``, drafts): norms, rotary embeddings, the KV-cache write, per-row
 attention and the SwiGLU in C instead of ~40 small torch ops per layer.
 
 Same contract as the Python loop in ``specd.models.decoder``: a forward over ``n`` new tokens
@@ -26,8 +26,12 @@ def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> b
         and q8.available()
         and config.head_dim % 8 == 0
         and config.num_heads % config.num_kv_heads == 0
-        and all(isinstance(layer[n], q8.Q8Linear) for layer in layers for n in ("qkv", "o", "gate_up", "down"))
+        and len({type(layer[n]) for layer in layers for n in _LINEARS}) == 1
+        and isinstance(layers[0]["qkv"], (q8.Q8Linear, q8.Q4Linear))
     )
+
+
+_LINEARS = ("qkv", "o", "gate_up", "down")
 
 
 class FusedLayers:
@@ -37,8 +41,8 @@ class FusedLayers:
         c = config
         self.kernel = q8.kernel()
         self.eps = float(c.rms_norm_eps)
-        self.dims = (ctypes.c_int64 * 6)(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
-                                         c.intermediate_size, capacity)
+        self.dims = (ctypes.c_int64 * 7)(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
+                                         c.intermediate_size, capacity, layers[0]["qkv"].bits)
         self._keep = []  # the tensors the pointers point into
         self.ptrs = []
         for layer in layers:

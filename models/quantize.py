@@ -7,7 +7,9 @@ Modes (``--target-quant`` / ``--draft-quant``):
   block-wise int8 weights and activations, batch-invariant, weights read once for all rows);
   elsewhere on CPU ``Int8RowLinear`` (fbgemm, per-row activation scales, batch-invariant);
   bitsandbytes LLM.int8 on CUDA.
-- ``int4``: ``Int4Linear`` group-wise (group 64) on CPU; bitsandbytes NF4 on CUDA.
+- ``int4``: on an x86-64 CPU with AVX2, ``Q4Linear`` (specd's INT4 kernel: blocks of 32 with an
+  fp16 scale, int8 activations per block); elsewhere on CPU ``Int4Linear`` group-wise (group 64,
+  torch's kernel); bitsandbytes NF4 on CUDA.
 - ``fp8``: e4m3 weights with per-channel scales; ``torch._scaled_mm`` on CUDA sm89+, dequantized
   to bf16 on CPU (correct, slow).
 
@@ -58,7 +60,9 @@ _ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
 
 
 def _artifact(directory: Path, mode: str) -> Path:
-    version = "-q8" if mode == "int8" and q8.available() else _ARTIFACT_VERSION.get(mode, "")
+    if mode in ("int8", "int4") and q8.available():  # specd's kernels: their own packed layouts
+        return directory / f"quant-{mode}-q{mode[3]}.safetensors"
+    version = _ARTIFACT_VERSION.get(mode, "")
     return directory / f"quant-{mode}{version}.safetensors"
 
 
@@ -100,6 +104,7 @@ class _QuantStore:
         self.fresh: dict[str, torch.Tensor] = {}
         self.expected = 0
         self.use_q8 = mode == "int8" and q8.available()  # block-wise kernel: no outlier calibration needed
+        self.use_q4 = mode == "int4" and q8.available()
         if path is not None and path.exists():
             from safetensors.torch import load_file
 
@@ -125,6 +130,12 @@ class _QuantStore:
                 return {"p": q8.pack(w), "k": torch.tensor([w.shape[1]])}
             except ValueError as e:  # in_features not a multiple of 32
                 raise ModelError(f"{self.model}: {name}: {e} (specd's INT8 blocks); use --*-quant bf16 "
+                                 "for this model") from e
+        if self.use_q4:
+            try:
+                return {"p4": q8.pack4(w), "k": torch.tensor([w.shape[1]])}
+            except ValueError as e:
+                raise ModelError(f"{self.model}: {name}: {e} (specd's INT4 blocks); use --*-quant bf16 "
                                  "for this model") from e
         if self.mode == "int8":
             outliers = outlier_channels(self.stats[name]) if name in self.stats else torch.zeros(0, dtype=torch.long)
@@ -155,6 +166,8 @@ class _QuantStore:
     def _build(self, name: str, t: dict[str, torch.Tensor]) -> Linear:
         if self.use_q8:
             return q8.Q8Linear(t["p"], int(t["k"][0]))
+        if self.use_q4:
+            return q8.Q4Linear(t["p4"], int(t["k"][0]))
         if self.mode == "int8":
             return Int8RowLinear(t["q"], t["scale"], t.get("oidx"), t.get("ow"))
         if self.mode == "int4":

@@ -30,13 +30,14 @@ def _add_engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--draft-quant", dest="draft_quant", choices=["int4", "int8", "bf16", "fp32"],
                    help="draft weights (default int4)")
     g.add_argument("--target-backend", dest="target_backend", choices=["auto", "torch", "ort"],
-                   help="target runtime: auto (default: ort on the CPU for int8 | int4 | fp32, else torch), "
-                        "torch, or ort (ONNX Runtime)")
+                   help="target runtime: auto (default: on the CPU, torch with specd's kernels for int8 | "
+                        "int4 where they are built, else ort; ort for fp32; torch elsewhere), torch, or ort "
+                        "(ONNX Runtime)")
     g.add_argument("--draft-backend", dest="draft_backend", choices=["auto", "torch", "ort"],
                    help="draft runtime: auto (default, as for the target), torch, or ort")
     g.add_argument("--device", help="cpu (default) or cuda[:N]")
     g.add_argument("--draft-head-vocab", dest="draft_head_vocab", type=int,
-                   help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
+                   help="the draft scores only the N most frequent code tokens (default 65536; 0: full vocabulary)")
     g.add_argument("--drafter", choices=["model", "ngram", "both"],
                    help="draft source: the draft model, prompt lookup (n-gram), or both")
     g.add_argument("--tree", choices=["on", "off"],

@@ -104,3 +104,56 @@ def test_greedy_speculative_matches_target_with_q8_target(tmp_path) -> None:
         plain = engine.complete(CompletionRequest("def f(x):", max_tokens=30, mode="target"))
         assert spec.tokens == plain.tokens and spec.stats.drafted > 0
     assert list(t.glob("quant-int8-q8.safetensors"))  # packed once, stored
+
+
+# -- INT4 (drafts) -------------------------------------------------------------------------
+
+
+def _reference4(x: torch.Tensor, packed: torch.Tensor, k: int) -> torch.Tensor:
+    """As ``_reference``, with the INT4 weights' integer values (q - 8) and scales."""
+    wq, wd = q8.unpack4(packed, k)
+    xq, xd = q8.quantize_activations(x)
+    n = x.shape[0]
+    dots = torch.einsum("rbi,obi->rob", xq.double().reshape(n, -1, 32), wq.double().reshape(wq.shape[0], -1, 32))
+    return (dots * xd.double()[:, None, :] * wd.double()[None]).sum(-1)
+
+
+@pytest.mark.parametrize("n_out,k", [(96, 128), (70, 96), (33, 288)])
+def test_q4_matches_reference(n_out: int, k: int) -> None:
+    w = torch.randn(n_out, k, generator=G) / 10
+    x = torch.randn(11, k, generator=G)
+    layer = q8.Q4Linear.from_float(w)
+    ref = _reference4(x, layer.packed, k)
+    assert float((layer(x).double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
+    exact = x.double() @ w.double().t()
+    assert float((layer(x).double() - exact).norm() / exact.norm()) < 0.15  # 4-bit weights
+
+
+def test_q4_pack_roundtrip_error_bound() -> None:
+    """Q4_0's rule: d = m / -8 (m the block's value of largest magnitude, which maps exactly to
+    q = 0), every other value within half a step (the clamp at 15 only ever touches values that
+    round past +7 steps, at most one step away)."""
+    w = torch.randn(40, 256, generator=G)
+    wq, wd = q8.unpack4(q8.pack4(w), 256)
+    assert int(wq.min()) >= -8 and int(wq.max()) <= 7
+    step = wd.abs().repeat_interleave(32, 1)
+    deq = wq.float() * wd.repeat_interleave(32, 1)
+    assert bool(((deq - w).abs() <= step * (1 + 8 * 2**-11) + 1e-6).all())
+    assert float((deq - w).abs().mean() / step.mean()) < 0.3
+
+
+def test_q4_batch_invariant_bit_for_bit() -> None:
+    w = torch.randn(200, 512, generator=G) / 10
+    x = torch.randn(9, 512, generator=G)
+    x[4] *= 100
+    layer = q8.Q4Linear.from_float(w)
+    together = layer(x)
+    for i in range(9):
+        assert torch.equal(layer(x[i : i + 1])[0], together[i])
+
+
+def test_q4_bad_shapes_are_clear_errors() -> None:
+    with pytest.raises(ValueError, match="multiple of 32"):
+        q8.pack4(torch.zeros(4, 40))
+    with pytest.raises(ModelError, match="does not fit"):
+        q8.Q4Linear(torch.zeros(8, 10, dtype=torch.uint8), 64)

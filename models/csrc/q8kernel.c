@@ -224,6 +224,104 @@ void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
     }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* INT4 weights (drafts): blocks of 32 input channels, one fp16 scale d and 32 4-bit q each,    */
+/* w = d * (q - 8) (llama.cpp's Q4_0 numbers); byte j of a block holds q[j] (low nibble) and     */
+/* q[j + 16] (high). A row: its fp16 scales padded to 8 bytes, then its k/2 bytes of blocks.     */
+/* q is unsigned, so vpmaddubsw takes it as is (15 * 127 * 2 never saturates int16) and no sign  */
+/* trick is needed: sum q*x - 8 * sum x, with sum x per activation block computed once per row.  */
+
+static inline int64_t q4_row_bytes(int64_t k) { return scale_bytes(k / QK) + k / 2; }
+
+static inline __m256i dot4_i32(const uint8_t *wq, const int8_t *xq) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)wq);
+    const __m256i w = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+    const __m256i x = _mm256_loadu_si256((const __m256i *)xq);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
+}
+
+#define TILE4(R)                                                                               \
+    for (int64_t o = o0; o < o1; o++) {                                                        \
+        const uint8_t *wr = w + o * rb;                                                        \
+        const uint16_t *ws = (const uint16_t *)wr;                                             \
+        const uint8_t *wq = wr + sb;                                                           \
+        __m256 acc[R];                                                                         \
+        for (int j = 0; j < R; j++) acc[j] = _mm256_setzero_ps();                              \
+        int64_t b = 0;                                                                         \
+        for (; b + 8 <= nb; b += 8) {                                                          \
+            _mm_prefetch((const char *)(wq + b * 16 + PREFETCH / 2), PF_HINT);                 \
+            _mm_prefetch((const char *)(wq + b * 16 + PREFETCH / 2 + 64), PF_HINT);            \
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ws + b)));     \
+            const uint8_t *wb = wq + b * 16;                                                   \
+            for (int j = 0; j < R; j++) {                                                      \
+                const int8_t *xb = xq + (r0 + j) * k + b * QK;                                 \
+                __m256i t = reduce8(dot4_i32(wb, xb), dot4_i32(wb + 16, xb + 32),              \
+                                    dot4_i32(wb + 32, xb + 64), dot4_i32(wb + 48, xb + 96),    \
+                                    dot4_i32(wb + 64, xb + 128), dot4_i32(wb + 80, xb + 160),  \
+                                    dot4_i32(wb + 96, xb + 192), dot4_i32(wb + 112, xb + 224));\
+                t = _mm256_sub_epi32(t, _mm256_slli_epi32(                                     \
+                        _mm256_loadu_si256((const __m256i *)(xs + (r0 + j) * nb + b)), 3));    \
+                const __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (r0 + j) * nb + b));   \
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), s, acc[j]);                    \
+            }                                                                                  \
+        }                                                                                      \
+        for (; b < nb; b++) {                                                                  \
+            const float dwb = f16_at(ws + b);                                                  \
+            for (int j = 0; j < R; j++) {                                                      \
+                const int64_t r = r0 + j;                                                      \
+                const __m256i t = _mm256_sub_epi32(dot4_i32(wq + b * 16, xq + r * k + b * QK), \
+                                                   _mm256_setr_epi32(8 * xs[r * nb + b], 0, 0, \
+                                                                     0, 0, 0, 0, 0));          \
+                acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t),                                \
+                                         _mm256_set1_ps(dwb * xd[r * nb + b]), acc[j]);        \
+            }                                                                                  \
+        }                                                                                      \
+        for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = hsum(acc[j]);                      \
+    }
+
+static void gemm4_part(const uint8_t *w, int64_t k, const int8_t *xq, const float *xd,
+                       const int32_t *xs, int64_t n, float *y, int64_t ldy, int64_t oa, int64_t ob) {
+    const int64_t nb = k / QK, sb = scale_bytes(nb), rb = q4_row_bytes(k);
+    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
+        const int64_t rows1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n;
+        for (int64_t c0 = oa; c0 < ob; c0 += OCHUNK) {
+            const int64_t o0 = c0, o1 = c0 + OCHUNK < ob ? c0 + OCHUNK : ob;
+            for (int64_t r0 = b0; r0 < rows1; r0 += ROW_TILE) {
+                const int64_t left = rows1 - r0;
+                switch (left >= ROW_TILE ? ROW_TILE : left) {
+                case 4: TILE4(4) break;
+                case 3: TILE4(3) break;
+                case 2: TILE4(2) break;
+                default: TILE4(1) break;
+                }
+            }
+        }
+    }
+}
+
+/* y [n, N] = linear(x [n, k], w: N rows in the INT4 layout). xq [n, k] int8, xd [n, k/32]
+ * float32 and xs [n, k/32] int32 are scratch. k must be a multiple of 32. */
+void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
+               int8_t *xq, float *xd, int32_t *xs) {
+    const int64_t nb = k / QK;
+    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
+#pragma omp parallel if (parallel)
+    {
+        const int t = omp_get_num_threads(), tid = omp_get_thread_num();
+        const int64_t r0 = split(n, t, tid, 1), r1 = split(n, t, tid + 1, 1);
+        for (int64_t r = r0; r < r1; r++) {
+            quantize_row(x + r * k, k, xq + r * k, xd + r * nb);
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t acc = 0;
+                for (int i = 0; i < QK; i++) acc += xq[r * k + b * QK + i];
+                xs[r * nb + b] = acc;
+            }
+        }
+#pragma omp barrier
+        gemm4_part(w, k, xq, xd, xs, n, y, N, split(N, t, tid, 16), split(N, t, tid + 1, 16));
+    }
+}
+
 /* exposed for tests: the activation quantization alone */
 void q8_quantize(const float *x, int64_t n, int64_t k, int8_t *q, float *d) {
     for (int64_t r = 0; r < n; r++) quantize_row(x + r * k, k, q + r * k, d + r * (k / QK));

@@ -1,5 +1,5 @@
 /* One Qwen2/Llama decoder layer over n new tokens, in C, its linear layers through specd's INT8
- * kernel (q8_linear in q8kernel.c): what models/decoder.py's Python loop does per layer, without
+ * or INT4 kernel (q8_linear / q4_linear in q8kernel.c): what models/decoder.py's Python loop does per layer, without
  * the ~40 small torch ops per layer that cost a 28-layer model ~25 ms per step on two cores.
  *
  *   h = rms(x) * in_norm;  q, k, v = split(h @ Wqkv + b);  q, k = rope(q), rope(k)
@@ -25,10 +25,13 @@
 
 void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
                int8_t *xq, float *xd);
+void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
+               int8_t *xq, float *xd, int32_t *xs);
 
-/* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity */
-enum { D_H, D_NH, D_NKV, D_HD, D_I, D_CAP };
-/* weights[]: qkv, o, gate_up, down (packed, q8.pack), in_norm, post_norm, qkv bias (or NULL) */
+/* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8 | 4) */
+enum { D_H, D_NH, D_NKV, D_HD, D_I, D_CAP, D_BITS };
+/* weights[]: qkv, o, gate_up, down (packed: q8.pack or q8.pack4), in_norm, post_norm, qkv bias
+ * (or NULL) */
 enum { W_QKV, W_O, W_GU, W_DOWN, W_IN_NORM, W_POST_NORM, W_QKV_BIAS };
 
 static inline float hsum8(__m256 v) {
@@ -91,7 +94,15 @@ static void rope(float *t, int64_t heads, int64_t hd, const float *cos, const fl
 int64_t q8_layer_scratch(const int64_t *d, int64_t n) {
     const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], kvd = d[D_NKV] * d[D_HD], I = d[D_I];
     const int64_t kmax = H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
-    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + n * kmax / 4 + n * kmax / 32 + 64;
+    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + n * kmax / 4 + 2 * (n * kmax / 32) + 64;
+}
+
+static void linear(int64_t bits, const void *w, int64_t N, int64_t k, const float *x, int64_t n,
+                   float *y, int8_t *xq, float *xd, int32_t *xs) {
+    if (bits == 4)
+        q4_linear((const uint8_t *)w, N, k, x, n, y, xq, xd, xs);
+    else
+        q8_linear((const uint8_t *)w, N, k, x, n, y, xq, xd);
 }
 
 void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64_t n, int64_t start,
@@ -104,10 +115,12 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     float *act = gu + n * 2 * I, *y = act + n * I;
     int8_t *xq = (int8_t *)(y + n * H);
     float *xd = (float *)(xq + n * kmax);
+    int32_t *xs = (int32_t *)(xd + n * kmax / 32);
+    const int64_t bits = d[D_BITS];
     const float *bias = (const float *)w[W_QKV_BIAS];
 
     for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_IN_NORM], H, eps, h + i * H);
-    q8_linear((const uint8_t *)w[W_QKV], qkvd, H, h, n, qkv, xq, xd);
+    linear(bits, w[W_QKV], qkvd, H, h, n, qkv, xq, xd, xs);
     for (int64_t i = 0; i < n; i++) {
         float *r = qkv + i * qkvd;
         if (bias)
@@ -163,10 +176,10 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
         free(pos);
     }
 
-    q8_linear((const uint8_t *)w[W_O], H, qd, attn, n, y, xq, xd);
+    linear(bits, w[W_O], H, qd, attn, n, y, xq, xd, xs);
     for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
     for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_POST_NORM], H, eps, h + i * H);
-    q8_linear((const uint8_t *)w[W_GU], 2 * I, H, h, n, gu, xq, xd);
+    linear(bits, w[W_GU], 2 * I, H, h, n, gu, xq, xd, xs);
     for (int64_t i = 0; i < n; i++) {
         const float *gate = gu + i * 2 * I, *up = gate + I;
         float *a = act + i * I;
@@ -177,6 +190,6 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
             _mm256_storeu_ps(a + j, _mm256_mul_ps(s, _mm256_loadu_ps(up + j)));
         }
     }
-    q8_linear((const uint8_t *)w[W_DOWN], H, I, act, n, y, xq, xd);
+    linear(bits, w[W_DOWN], H, I, act, n, y, xq, xd, xs);
     for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
 }
