@@ -91,6 +91,61 @@ static void rope(float *t, int64_t heads, int64_t hd, const float *cos, const fl
     }
 }
 
+/* Attention of `gh` query heads (q: gh * hd floats, contiguous) that share one KV head, over the
+ * m keys/values at cache rows pos[0..m-1]; out: gh * hd floats. Each head's numbers are the same
+ * whatever the other heads, rows or threads: per (head, key) one 8-lane dot over hd then a
+ * horizontal sum; softmax in 8-lane chunks (padding masked to 0); the weighted sum of values in
+ * key order, one accumulator per 8 channels. The heads share each key and value load. */
+#define GMAX 8
+static inline __attribute__((always_inline)) void attend_n(
+                   const float *q, const int64_t gh, int64_t hd, const float *keys, const float *vals,
+                   const int64_t *pos, int64_t m, float scale, float *sc, float *out) {
+    const int64_t m8 = (m + 7) / 8 * 8;
+    __m256 acc[GMAX];
+    for (int64_t s = 0; s < m; s++) {
+        const float *k = keys + pos[s] * hd;
+        for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_setzero_ps();
+        for (int64_t c = 0; c < hd; c += 8) {
+            const __m256 kv = _mm256_loadu_ps(k + c);
+            for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + c), kv, acc[h]);
+        }
+        for (int64_t h = 0; h < gh; h++) sc[h * m8 + s] = hsum8(acc[h]) * scale;
+    }
+    float inv[GMAX];
+    const __m256 vm = _mm256_set1_ps((float)m), lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
+    for (int64_t h = 0; h < gh; h++) {
+        float *row = sc + h * m8;
+        float mx = -INFINITY;
+        for (int64_t s = 0; s < m; s++) mx = row[s] > mx ? row[s] : mx;
+        for (int64_t s = m; s < m8; s++) row[s] = mx; /* padding, masked to 0 below */
+        const __m256 vmx = _mm256_set1_ps(mx);
+        __m256 sum = _mm256_setzero_ps();
+        for (int64_t s = 0; s < m8; s += 8) {
+            const __m256 valid = _mm256_cmp_ps(_mm256_add_ps(lanes, _mm256_set1_ps((float)s)), vm, _CMP_LT_OQ);
+            const __m256 e = _mm256_and_ps(valid, exp8(_mm256_sub_ps(_mm256_loadu_ps(row + s), vmx)));
+            _mm256_storeu_ps(row + s, e);
+            sum = _mm256_add_ps(sum, e);
+        }
+        inv[h] = 1.0f / hsum8(sum);
+    }
+    for (int64_t c = 0; c < hd; c += 8) {
+        for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_setzero_ps();
+        for (int64_t s = 0; s < m; s++) {
+            const __m256 vv = _mm256_loadu_ps(vals + pos[s] * hd + c);
+            for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[h * m8 + s]), vv, acc[h]);
+        }
+        for (int64_t h = 0; h < gh; h++) _mm256_storeu_ps(out + h * hd + c, _mm256_mul_ps(acc[h], _mm256_set1_ps(inv[h])));
+    }
+}
+
+/* attend_n with the head count a compile-time constant, so the accumulators stay in registers */
+static void attend(const float *q, int64_t gh, int64_t hd, const float *keys, const float *vals,
+                   const int64_t *pos, int64_t m, float scale, float *sc, float *out) {
+#define CASE(G) case G: attend_n(q, G, hd, keys, vals, pos, m, scale, sc, out); break;
+    switch (gh) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) default: CASE(8) }
+#undef CASE
+}
+
 int64_t q8_layer_scratch(const int64_t *d, int64_t n) {
     const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], kvd = d[D_NKV] * d[D_HD], I = d[D_I];
     const int64_t kmax = H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
@@ -135,41 +190,22 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     const float scale = 1.0f / sqrtf((float)hd);
 #pragma omp parallel
     {
-        /* scores of one (row, head): at most start + n visible keys, padded to 8 lanes */
-        float *sc = malloc(((start + n + 7) / 8 * 8) * sizeof(float));
+        /* per thread: the visible positions of one row, and GMAX heads' scores */
+        const int64_t m8max = (start + n + 7) / 8 * 8;
         int64_t *pos = malloc((start + n) * sizeof(int64_t));
+        float *sc = malloc(GMAX * m8max * sizeof(float));
 #pragma omp for schedule(static)
-        for (int64_t t = 0; t < n * nh; t++) {
-            const int64_t i = t / nh, hq = t % nh, g = hq / group;
-            const float *q = qkv + i * qkvd + hq * hd;
-            const float *keys = kc + g * cap * hd, *vals = vc + g * cap * hd;
+        for (int64_t t = 0; t < n * nkv; t++) {
+            const int64_t i = t / nkv, g = t % nkv;
             int64_t m = 0;
             for (int64_t p = 0; p < start; p++) pos[m++] = p;
             for (int64_t j = 0; j < n; j++)
                 if (mask ? mask[i * n + j] != 0 : j <= i) pos[m++] = start + j;
-            float mx = -INFINITY;
-            for (int64_t s = 0; s < m; s++) {
-                sc[s] = dot(q, keys + pos[s] * hd, hd) * scale;
-                mx = sc[s] > mx ? sc[s] : mx;
-            }
-            const int64_t m8 = (m + 7) / 8 * 8;
-            for (int64_t s = m; s < m8; s++) sc[s] = mx; /* padding, masked to 0 below */
-            __m256 sum = _mm256_setzero_ps();
-            const __m256 vmx = _mm256_set1_ps(mx), vm = _mm256_set1_ps((float)m);
-            const __m256 lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-            for (int64_t s = 0; s < m8; s += 8) {
-                const __m256 valid = _mm256_cmp_ps(_mm256_add_ps(lanes, _mm256_set1_ps((float)s)), vm, _CMP_LT_OQ);
-                const __m256 e = _mm256_and_ps(valid, exp8(_mm256_sub_ps(_mm256_loadu_ps(sc + s), vmx)));
-                _mm256_storeu_ps(sc + s, e);
-                sum = _mm256_add_ps(sum, e);
-            }
-            const float inv = 1.0f / hsum8(sum);
-            float *out = attn + i * qd + hq * hd;
-            for (int64_t c = 0; c < hd; c += 8) {
-                __m256 acc = _mm256_setzero_ps();
-                for (int64_t s = 0; s < m; s++)
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[s]), _mm256_loadu_ps(vals + pos[s] * hd + c), acc);
-                _mm256_storeu_ps(out + c, _mm256_mul_ps(acc, _mm256_set1_ps(inv)));
+            for (int64_t h0 = 0; h0 < group; h0 += GMAX) {
+                const int64_t gh = group - h0 < GMAX ? group - h0 : GMAX;
+                const int64_t head = g * group + h0; /* first query head of this pass */
+                attend(qkv + i * qkvd + head * hd, gh, hd, kc + g * cap * hd, vc + g * cap * hd, pos, m,
+                       scale, sc, attn + i * qd + head * hd);
             }
         }
         free(sc);
