@@ -9,7 +9,8 @@ than the difference between runtimes measured one after the other (bench/backend
 
 A runtime is ``torch``, ``ort`` or ``auto``, optionally ``/QUANT`` for another quantization than
 the model argument's and ``@N`` for an N-token sub-vocabulary head (drafts), e.g.
-``torch/int8@32768``; or ``llamacpp``: llama.cpp (llama-cpp-python) on the model's pulled GGUF file, its
+``torch/int8@32768``; ``torch-loop`` is the torch runtime with its layers in the Python loop
+instead of fused in C (``specd.models.q8layer``); or ``llamacpp``: llama.cpp (llama-cpp-python) on the model's pulled GGUF file, its
 own quantization (Q4_K_M target), as a same-run reference for the step cost.
 """
 import argparse
@@ -83,8 +84,12 @@ def _load(spec: str, quant: str, runtime: str):
         return LlamaCppStep(resolve(spec).parent / "model.gguf")
     backend, _, head = runtime.partition("@")
     backend, _, own_quant = backend.partition("/")
-    return load_model(spec, quant=own_quant or quant, max_len=1024, backend=backend, threads=2,
-                      head_vocab=int(head or 0))
+    loop = backend == "torch-loop"
+    lm = load_model(spec, quant=own_quant or quant, max_len=1024, backend="torch" if loop else backend,
+                    threads=2, head_vocab=int(head or 0))
+    if loop:
+        lm.model.fused = None
+    return lm
 
 
 if __name__ == "__main__":
