@@ -125,3 +125,47 @@ def test_cost_cache_is_keyed_by_the_runtime_that_runs(tmp_path, monkeypatch) -> 
                for b in ("torch", "ort")]
     paths = {e._costs_path(e.draft) for e in engines}
     assert len(paths) == 2
+
+
+def test_confidence_stop_drafts_far_when_sure_and_stops_when_not() -> None:
+    """Cheap verification: confident drafts are kept up to the cap, an unsure one ends the round
+    (the first draft of a round is always kept: the round's K > 0 was decided before)."""
+    from specd.engine.policy import ConfidenceStop
+
+    stop = ConfidenceStop(CostModel(draft_ms=2.0, verify_ms=tuple(10.0 + 1.0 * n for n in range(17))))
+    assert all(stop.keep(i, 0.99) for i in range(6))
+    stop.observe(accepted=6)
+    assert stop.keep(0, 0.05) and not stop.keep(1, 0.05)
+    stop.observe(accepted=0)
+    assert stop.keep(0, 0.99) and stop.keep(1, 0.99) and not stop.keep(2, 0.1)
+
+
+def test_confidence_stop_learns_its_calibration() -> None:
+    """Drafts the draft model is sure of keep failing: that confidence bucket's acceptance falls
+    and the rule stops adding such drafts; the other buckets keep their estimates."""
+    from specd.engine.policy import ConfidenceStop
+
+    stop = ConfidenceStop(CostModel(draft_ms=2.0, verify_ms=tuple(10.0 + 3.0 * n for n in range(17))))
+    assert stop.keep(0, 0.9) and stop.keep(1, 0.9)
+    stop.observe(accepted=2)
+    for _ in range(100):
+        stop.keep(0, 0.97)  # the first draft, always kept: it is judged, and rejected
+        stop.observe(accepted=0)
+    b = stop.bucket(0.97)
+    assert stop.rate[b] < 0.05 and stop.rate[stop.bucket(0.9)] > 0.7
+    assert stop.keep(0, 0.97) and not stop.keep(1, 0.97)
+    stop.observe(accepted=0)
+    assert stop.keep(0, 0.9) and stop.keep(1, 0.9)
+
+
+def test_greedy_identity_with_confidence_stop() -> None:
+    from specd.engine.policy import StructureK
+
+    t = table(64, 10, seed=9)
+    target, draft = TableLM(t), TableLM(t + 0.5 * table(64, 10, seed=10))
+    plain, _ = generate(target, [1, 2, 3], max_new_tokens=40)
+    target.rollback(0)
+    policy = StructureK(CostModel(0.5, tuple(5.0 + 0.5 * n for n in range(17))), classify=lambda seq: "code")
+    out, stats = generate(target, [1, 2, 3], max_new_tokens=40, drafter=ModelDrafter(draft), k=policy)
+    assert out == plain and stats.drafted > 0
+    assert len({n for n in stats.drafted_at if n}) > 1  # rounds of different lengths: it did stop early
