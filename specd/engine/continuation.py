@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.engine.drafters import Drafter, KeepRule, Proposal
+from specd.engine.drafters import Drafter, Proposal
 from specd.engine.sampling import SamplingParams
 from specd.models.tokenizer import Tokenizer
 
@@ -76,8 +76,7 @@ class LookaheadDrafter:
         return self.fallback.prefill(context)
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-        keep: KeepRule | None = None,
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Proposal:
         done = seq[self.prompt_len:]
         n = len(done)
@@ -85,7 +84,7 @@ class LookaheadDrafter:
             ahead = self.tokens[n : n + k]
             self.proposed += len(ahead)
             return Proposal(torch.tensor(ahead, dtype=torch.long), None)
-        return self.fallback.propose(seq, min(k, self.k), params, generator, keep)
+        return self.fallback.propose(seq, min(k, self.k), params, generator)
 
     def commit(self, valid: int) -> None:
         self.fallback.commit(valid)

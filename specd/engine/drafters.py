@@ -4,16 +4,12 @@ come from: a small model today; n-gram lookup and token trees plug in here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 
 from specd.engine.sampling import SamplingParams, sample, warp
 from specd.models.protocol import CausalLM
-
-
-# keep(i, top): add draft i+1 after i drafts, given the drafter's top probability there?
-KeepRule = Callable[[int, float], bool]
 
 
 @dataclass(frozen=True)
@@ -52,11 +48,9 @@ class Drafter(Protocol):
         ...
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-        keep: KeepRule | None = None,
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Proposal:
-        """Up to ``k`` tokens that follow ``seq``; a drafter with a confidence per draft asks
-        ``keep`` before adding each one (drafters without one ignore it)."""
+        """Up to ``k`` tokens that follow ``seq``."""
         ...
 
     def commit(self, valid: int) -> None:
@@ -92,8 +86,7 @@ class ModelDrafter:
         return reused
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-        keep: KeepRule | None = None,
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
     ) -> Proposal:
         model = self.model
         feed = torch.tensor(seq[model.cache_len :], dtype=torch.long)  # catch-up + last token
@@ -106,9 +99,8 @@ class ModelDrafter:
             # decided before sampling: a rule that looked at the sampled token itself would bias
             # which drafts get verified, and the output would no longer follow the target exactly.
             if params.greedy:
-                confidence = self.min_prob > 0 or self.branch > 1 or keep is not None
-                top = float(torch.softmax(logits, -1).max()) if confidence else 1.0
-                if i > 0 and top < self.min_prob or keep is not None and not keep(i, top):
+                top = float(torch.softmax(logits, -1).max()) if (self.min_prob > 0 or self.branch > 1) else 1.0
+                if i > 0 and top < self.min_prob:
                     break
                 width = self.branch if top < self.branch_below else 1
                 best = torch.topk(logits, width).indices.tolist()
@@ -117,7 +109,7 @@ class ModelDrafter:
             else:
                 q = warp(logits, params)
                 top = float(q.max())
-                if i > 0 and top < self.min_prob or keep is not None and not keep(i, top):
+                if i > 0 and top < self.min_prob:
                     break
                 d = sample(q, generator)
                 rows.append(q)

@@ -7,19 +7,10 @@ second from a measured cost model and running acceptance estimates:
                                                         given the ones before it were accepted)
     time(K) = K * t_draft + T_target(K + 1),  time(0) = T_target(1)
 
-and picks K = 0 — plain decoding — when no K beats the target alone on this hardware.
-
-``ConfidenceStop`` decides mid-round, draft by draft, how far to go: the acceptance of the next
-draft is estimated from the draft model's own top probability at that position (calibrated by
-running statistics per confidence bucket), and the draft is kept while it raises the round's
-expected tokens per millisecond:
-
-    keep d_{i+1}  iff  S_i * a_{i+1} / (t_draft + T(i+2) - T(i+1))  >  E_i / ((i+1) t_draft + T(i+1))
-
-(``S_i``: the probability that d_1..d_i all pass; ``E_i``: the expected tokens of a round that
-stops at i). Code structure (brackets, boilerplate) is drafted far, invented names are not.
-``StructureK`` (the default, ``--k auto``) combines both per kind of text. The model drafter also
-stops below a fixed confidence ``min_prob`` when one is configured (as llama.cpp's ``p_min``).
+and picks K = 0 — plain decoding — when no K beats the target alone on this hardware. The model
+drafter also stops mid-round when its own confidence in the next draft falls below ``min_prob``
+(as llama.cpp's ``p_min``): code structure (brackets, boilerplate) is drafted far, invented names
+are not.
 """
 
 from __future__ import annotations
@@ -107,67 +98,18 @@ class AdaptiveK:
                 break
 
 
-class ConfidenceStop:
-    """Mid-round stopping from the draft's own confidence (see the module docstring). ``keep(i,
-    top)`` is asked before draft i+1 is added (``i`` drafts so far, ``top`` the draft model's top
-    probability at that position); ``observe(accepted)`` after verification updates the
-    calibration: per bucket of ``top``, the running rate at which such drafts passed, given
-    that the drafts before them had."""
-
-    EDGES = (0.3, 0.5, 0.7, 0.85, 0.95)  # bucket upper edges; the last bucket ends at 1
-
-    def __init__(self, cost: CostModel, decay: float = 0.05) -> None:
-        self.cost = cost
-        self.decay = decay
-        bounds = (0.0, *self.EDGES, 1.0)
-        self.rate = [(lo + hi) / 2 for lo, hi in zip(bounds, bounds[1:])]  # prior: acceptance ~ top
-        self._start()
-
-    def _start(self) -> None:
-        self.survive, self.tokens, self.tops = 1.0, 1.0, []
-
-    def bucket(self, top: float) -> int:
-        return next((b for b, edge in enumerate(self.EDGES) if top < edge), len(self.EDGES))
-
-    def keep(self, i: int, top: float) -> bool:
-        a = self.rate[self.bucket(top)]
-        if i > 0:
-            c, d = self.cost, self.cost.draft_ms
-            now = self.tokens / ((i + 1) * d + c.target(i + 1))
-            if self.survive * a / (d + c.target(i + 2) - c.target(i + 1)) <= now:
-                return False
-        self.survive *= a
-        self.tokens += self.survive
-        self.tops.append(top)
-        return True
-
-    def observe(self, accepted: int) -> None:
-        for j, top in enumerate(self.tops):
-            b = self.bucket(top)
-            passed = 1.0 if j < accepted else 0.0
-            self.rate[b] += self.decay * (passed - self.rate[b])
-            if j >= accepted:
-                break
-        self._start()
-
-
 class StructureK:
     """``AdaptiveK`` per kind of text (``specd.engine.structure``): each kind learns its own
     acceptance per draft position, starting from a prior that says boilerplate is predictable and
-    prose is not. The kind is judged each round from the sequence so far. With ``stop`` (the
-    default) a round that speculates at all may draft up to ``cap`` tokens and ``ConfidenceStop``
-    (one per kind) ends it where the next draft no longer pays; without it, K is ``AdaptiveK``'s."""
+    prose is not. The kind is judged each round from the sequence so far."""
 
     PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
-                 priors: dict[str, float] | None = None, stop: bool = True, cap: int = 6) -> None:
+                 priors: dict[str, float] | None = None) -> None:
         self.classify = classify
         self.k_max = k_max
-        self.cap = min(cap, k_max)
-        priors = priors or self.PRIORS
-        self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in priors.items()}
-        self.stops = {kind: ConfidenceStop(cost) for kind in priors} if stop else None
+        self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
         self.current = "code"
         self.rounds = {kind: 0 for kind in self.policies}
 
@@ -175,17 +117,10 @@ class StructureK:
         kind = self.classify(seq) if seq is not None else "code"
         self.current = kind if kind in self.policies else "code"
         self.rounds[self.current] += 1
-        k = self.policies[self.current].choose()
-        return k if k == 0 or self.stops is None else max(k, self.cap)
-
-    def keep(self, i: int, top: float) -> bool:
-        """Whether the model drafter adds draft i+1 (see ``ConfidenceStop``)."""
-        return True if self.stops is None else self.stops[self.current].keep(i, top)
+        return self.policies[self.current].choose()
 
     def observe(self, drafted: int, accepted: int) -> None:
         self.policies[self.current].observe(drafted, accepted)
-        if self.stops is not None:
-            self.stops[self.current].observe(accepted)
 
 
 @torch.inference_mode()

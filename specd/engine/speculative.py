@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from specd.engine import tree
-from specd.engine.drafters import Drafter, KeepRule, Proposal
+from specd.engine.drafters import Drafter, Proposal
 from specd.engine.sampling import (
     SamplingParams,
     Verdict,
@@ -135,8 +135,7 @@ def generate(
             # never draft past the budget: K drafts + 1 recovered/bonus token
             kr = min(policy.choose(seq), remaining - 1)
             drafted_before, accepted_before = stats.drafted, stats.accepted
-            new = _speculative_round(target, drafter, seq, kr, params, generator, stats,
-                                     getattr(policy, "keep", None))
+            new = _speculative_round(target, drafter, seq, kr, params, generator, stats)
             policy.observe(stats.drafted - drafted_before, stats.accepted - accepted_before)
         else:
             new = [_target_step(target, seq, params, generator).next_token]
@@ -178,13 +177,11 @@ def _speculative_round(
     params: SamplingParams,
     generator: torch.Generator | None,
     stats: GenerationStats,
-    keep: KeepRule | None = None,
 ) -> list[int]:
-    """One round; returns the emitted tokens: accepted drafts, then the recovered/bonus token.
-    ``keep``: the policy's mid-round stopping rule for drafters with a confidence per draft."""
+    """One round; returns the emitted tokens: accepted drafts, then the recovered/bonus token."""
     if k <= 0:
         return [_target_step(target, seq, params, generator).next_token]
-    proposal = drafter.propose(seq, k, params, generator, keep)
+    proposal = drafter.propose(seq, k, params, generator)
     if proposal.parents is not None:
         return _tree_round(target, drafter, seq, proposal, params, generator, stats)
     drafts = proposal.tokens  # [k]
