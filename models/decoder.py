@@ -59,8 +59,8 @@ class Decoder(CacheOwner):
         ``specd.models.quant``); by default a dense layer in ``compute_dtype``. ``head_rows``
         restricts the output head to those token ids (a draft's sub-vocabulary, see
         ``specd.models.subvocab``): every other token gets logit -inf. ``fused``: run the layers
-        through ``specd.models.q8layer`` when every linear is specd's INT8 kernel (the default;
-        False keeps the Python loop, the reference it is tested against)."""
+        through ``specd.models.q8layer`` when every linear is one of specd's kernels (INT8 or
+        INT4; the default; False keeps the Python loop, the reference it is tested against)."""
         self.config = config
         self.compute_dtype = compute_dtype
         self.row_attention = row_attention  # batch-invariant attention (see the module docstring)
@@ -113,7 +113,7 @@ class Decoder(CacheOwner):
         self.cache = KVCache(
             c.num_layers, c.num_kv_heads, c.head_dim, max_len, torch.float32, self.device
         )
-        # every linear on specd's INT8 kernel: each layer runs as one C call (specd.models.q8layer)
+        # every linear on specd's INT8 (or INT4) kernel: each layer is one C call (specd.models.q8layer)
         self.fused: FusedLayers | None = None
         if fused and q8layer.supports(c, self.layers, self.device):
             self.fused = FusedLayers(c, self.layers, max_len)
@@ -204,7 +204,8 @@ class Decoder(CacheOwner):
             )
         if positions is None:
             positions = torch.arange(start, end, device=self.device)
-        per_row = self.row_attention or n == 1
+        fused = self.fused is not None and self.observer is None  # the layers in C, per row
+        per_row = fused or self.row_attention or n == 1
         rows: list[torch.Tensor | None] = [None] * n  # per new token: which new tokens it sees
         bias = None  # [n, end], the batched path's additive mask
         if per_row:
@@ -226,13 +227,11 @@ class Decoder(CacheOwner):
         scale = hd**-0.5
 
         x = self.embed[tokens].float()  # [n, H]
-        if self.fused is not None and self.observer is None:
-            if attn_mask is not None:
-                _visible_new_tokens(attn_mask)  # the same checks as the Python loop
-                attn_mask = attn_mask.to("cpu", torch.uint8).contiguous()
+        if fused:  # rows (the mask's checks) were validated above
+            mask = None if attn_mask is None else attn_mask.to("cpu", torch.uint8).contiguous()
             x = x.contiguous()
-            self.fused.run(x, start, cache.k, cache.v, cos[:, 0], sin[:, 0], attn_mask)
-        layers = self.layers if self.fused is None or self.observer is not None else []
+            self.fused.run(x, start, cache.k, cache.v, cos[:, 0], sin[:, 0], mask)
+        layers = [] if fused else self.layers
         for li, layer in enumerate(layers):
             h = self._rms(x, layer["in_norm"])
             qkv = self._apply(li, "qkv", layer, h)  # [n, (nh + 2 nkv) hd]

@@ -161,72 +161,73 @@ def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, d
 
 
-class Q8Linear:
-    """``Linear`` over a packed weight (``pack``): float32 ``[n, K]`` in, float32 ``[n, N]`` out."""
+class _BlockLinear:
+    """``Linear`` over a weight packed in blocks of 32 (``pack`` / ``pack4``): float32 ``[n, K]``
+    in, float32 ``[n, N]`` out; activations int8 per row and block of 32, quantized inside the
+    call. Every row's arithmetic is the same whatever the rows around it (batch-invariant)."""
 
-    bits = 8
+    bits: int
 
     def __init__(self, packed: torch.Tensor, in_features: int) -> None:
-        if packed.dtype != torch.uint8 or packed.shape[1] != row_bytes(in_features) or in_features % QK:
-            raise ModelError(f"Q8 weight of shape {tuple(packed.shape)} does not fit {in_features} input channels")
+        if packed.dtype != torch.uint8 or packed.shape[1] != self._row_bytes(in_features) or in_features % QK:
+            raise ModelError(f"Q{self.bits} weight of shape {tuple(packed.shape)} does not fit "
+                             f"{in_features} input channels")
         self.kernel = kernel()
         self.packed = packed.contiguous()
         self.in_features = in_features
         self.out_features = packed.shape[0]
+
+    @staticmethod
+    def _row_bytes(k: int) -> int:
+        raise NotImplementedError
+
+    def _run(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, xd: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float().contiguous()
+        n, k = x.shape
+        if k != self.in_features:
+            raise ValueError(f"expected {self.in_features} input features, got {k}")
+        y = torch.empty(n, self.out_features, dtype=torch.float32)
+        xq = torch.empty(n, k, dtype=torch.int8)
+        xd = torch.empty(n, k // QK, dtype=torch.float32)
+        with self.kernel.lock:
+            self._run(x, y, xq, xd)
+        return y
+
+    def nbytes(self) -> int:
+        return self.packed.nbytes
+
+
+class Q8Linear(_BlockLinear):
+    """INT8 weights (``pack``): the target's linears."""
+
+    bits = 8
+    _row_bytes = staticmethod(row_bytes)
 
     @classmethod
     def from_float(cls, w: torch.Tensor) -> "Q8Linear":
         return cls(pack(w), w.shape[1])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float().contiguous()
+    def _run(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, xd: torch.Tensor) -> None:
         n, k = x.shape
-        if k != self.in_features:
-            raise ValueError(f"expected {self.in_features} input features, got {k}")
-        y = torch.empty(n, self.out_features, dtype=torch.float32)
-        xq = torch.empty(n, k, dtype=torch.int8)
-        xd = torch.empty(n, k // QK, dtype=torch.float32)
-        with self.kernel.lock:
-            self.kernel.lib.q8_linear(self.packed.data_ptr(), self.out_features, k, x.data_ptr(), n,
-                                      y.data_ptr(), xq.data_ptr(), xd.data_ptr())
-        return y
-
-    def nbytes(self) -> int:
-        return self.packed.nbytes
+        self.kernel.lib.q8_linear(self.packed.data_ptr(), self.out_features, k, x.data_ptr(), n,
+                                  y.data_ptr(), xq.data_ptr(), xd.data_ptr())
 
 
-class Q4Linear:
-    """``Linear`` over an INT4-packed weight (``pack4``): float32 ``[n, K]`` in, float32 ``[n, N]``
-    out; activations int8 per row and block of 32, as ``Q8Linear``. For drafts: half the bytes
-    per step of ``Q8Linear``; every row's arithmetic is the same whatever the rows around it."""
+class Q4Linear(_BlockLinear):
+    """INT4 weights (``pack4``), for drafts: half the bytes per step of ``Q8Linear``."""
 
     bits = 4
-
-    def __init__(self, packed: torch.Tensor, in_features: int) -> None:
-        if packed.dtype != torch.uint8 or packed.shape[1] != q4_row_bytes(in_features) or in_features % QK:
-            raise ModelError(f"Q4 weight of shape {tuple(packed.shape)} does not fit {in_features} input channels")
-        self.kernel = kernel()
-        self.packed = packed.contiguous()
-        self.in_features = in_features
-        self.out_features = packed.shape[0]
+    _row_bytes = staticmethod(q4_row_bytes)
 
     @classmethod
     def from_float(cls, w: torch.Tensor) -> "Q4Linear":
         return cls(pack4(w), w.shape[1])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float().contiguous()
+    def _run(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, xd: torch.Tensor) -> None:
         n, k = x.shape
-        if k != self.in_features:
-            raise ValueError(f"expected {self.in_features} input features, got {k}")
-        y = torch.empty(n, self.out_features, dtype=torch.float32)
-        xq = torch.empty(n, k, dtype=torch.int8)
-        xd = torch.empty(n, k // QK, dtype=torch.float32)
-        xs = torch.empty(n, k // QK, dtype=torch.int32)
-        with self.kernel.lock:
-            self.kernel.lib.q4_linear(self.packed.data_ptr(), self.out_features, k, x.data_ptr(), n,
-                                      y.data_ptr(), xq.data_ptr(), xd.data_ptr(), xs.data_ptr())
-        return y
-
-    def nbytes(self) -> int:
-        return self.packed.nbytes
+        xs = torch.empty(n, k // QK, dtype=torch.int32)  # per row and block: the sum of its int8 codes
+        self.kernel.lib.q4_linear(self.packed.data_ptr(), self.out_features, k, x.data_ptr(), n,
+                                  y.data_ptr(), xq.data_ptr(), xd.data_ptr(), xs.data_ptr())

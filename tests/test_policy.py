@@ -46,6 +46,23 @@ def test_measured_costs_are_positive_and_leave_caches_empty() -> None:
     assert target.cache_len == 0 and draft.cache_len == 0
 
 
+def test_measured_cost_curve_never_decreases() -> None:
+    """Timing noise can make one forward over 2 tokens faster than one over 1; the curve the
+    policy uses does not: T(n) is non-decreasing in n. Here a model whose 2-token forward really
+    is the fastest (sleeps of 20 / 2 / 30 ms for 1 / 2 / 3 tokens)."""
+    import time
+
+    class Uneven(TableLM):
+        def forward(self, tokens, positions=None, attn_mask=None):
+            if len(self.tokens) >= 16:  # not the context prefill
+                time.sleep({1: 0.020, 2: 0.002, 3: 0.030}[int(tokens.numel())])
+            return super().forward(tokens, positions, attn_mask)
+
+    cost = measure_costs(Uneven(table(64, 10, seed=1)), None, sizes=(1, 2, 3), context=16, reps=3)
+    assert cost.verify_ms[1] >= cost.verify_ms[0] >= 20.0 and cost.verify_ms[2] >= 30.0
+    assert cost.draft_ms == float("inf")
+
+
 def test_greedy_matches_target_with_adaptive_k(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path))
     engine = tiny_engine(k="auto")

@@ -16,6 +16,7 @@ are not.
 from __future__ import annotations
 
 import json
+import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,31 +126,38 @@ class StructureK:
 
 @torch.inference_mode()
 def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = (1, 2, 3, 5, 9),
-                  context: int = 128, reps: int = 3) -> CostModel:
-    """Time target forwards over n new tokens (after ``context`` cached ones) and one draft step.
-    Medians of ``reps``; the caches are left empty."""
+                  context: int = 128, reps: int = 5) -> CostModel:
+    """Time target forwards over n new tokens (after ``context`` cached ones) and one draft step:
+    ``reps`` rounds, each timing every size and the draft once, interleaved (so the machine's
+    drift touches all alike), medians. A forward over more tokens never costs less than one over
+    fewer (a cheaper T(2) than T(1) is noise, and it would make the policy over-value drafting
+    one token), so the curve is made non-decreasing. The caches are left empty."""
 
     def timed(model: CausalLM, n: int) -> float:
-        runs = []
-        for _ in range(reps):
-            model.rollback(context)
-            t0 = time.perf_counter()
-            model.forward((torch.arange(n) * 7 + 3) % model.vocab_size)
-            runs.append((time.perf_counter() - t0) * 1e3)
-        return sorted(runs)[len(runs) // 2]
+        model.rollback(context)
+        t0 = time.perf_counter()
+        model.forward((torch.arange(n) * 7 + 3) % model.vocab_size)
+        return (time.perf_counter() - t0) * 1e3
 
     models = [m for m in (target, draft) if m is not None]
     for m in models:
         m.rollback(0)
         m.forward((torch.arange(context) * 13 + 5) % m.vocab_size)
-    measured = {n: timed(target, n) for n in sizes}
-    verify = []
+    runs: dict[int, list[float]] = {n: [] for n in sizes}
+    draft_runs: list[float] = []
+    for _ in range(reps):
+        for n in sizes:
+            runs[n].append(timed(target, n))
+        if draft is not None:
+            draft_runs.append(timed(draft, 1))
+    measured = {n: statistics.median(v) for n, v in runs.items()}
+    verify: list[float] = []
     for n in range(1, max(sizes) + 1):  # interpolate the sizes not measured
         lo = max(s for s in sizes if s <= n)
         hi = min(s for s in sizes if s >= n)
         frac = 0.0 if hi == lo else (n - lo) / (hi - lo)
-        verify.append(measured[lo] + frac * (measured[hi] - measured[lo]))
-    draft_ms = timed(draft, 1) if draft is not None else float("inf")
+        verify.append(max(measured[lo] + frac * (measured[hi] - measured[lo]), verify[-1] if verify else 0.0))
+    draft_ms = statistics.median(draft_runs) if draft is not None else float("inf")
     for m in models:
         m.rollback(0)
     return CostModel(draft_ms, tuple(verify))
