@@ -12,6 +12,7 @@ if sys.platform != "win32" and platform.machine().lower() in ("x86_64", "amd64")
     ext_modules.append(Extension(
         "specd.models._q8kernel",
         sources=["models/csrc/q8kernel.c", "models/csrc/q8layer.c"],
+        depends=["models/csrc/avx2.h"],
         extra_compile_args=["-O3", "-mavx2", "-mfma", "-mf16c", "-std=c11", "-fopenmp"],
         extra_link_args=["-fopenmp"],
         optional=True,

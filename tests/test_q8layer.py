@@ -53,6 +53,24 @@ def test_rows_do_not_depend_on_the_batch(linear: type) -> None:
     assert torch.equal(fused.cache.k[:, :, 20:25], k_alone)
 
 
+@pytest.mark.parametrize("linear", [q8.Q8Linear, q8.Q4Linear], ids=["int8", "int4"])
+def test_long_prefill_in_chunks_is_the_same_forward(linear: type) -> None:
+    """A prefill longer than a chunk goes through the layers chunk by chunk (bounded scratch);
+    the logits and the KV cache are those of one unchunked forward, bit for bit."""
+    fused, _ = _pair(seed=6, linear=linear)
+    tokens = torch.randint(0, 96, (100,), generator=torch.Generator().manual_seed(7))
+    fused.fused.chunk = 1000
+    whole = fused.forward(tokens)
+    k_whole = fused.cache.k[:, :, :100].clone()
+    fused.rollback(0)
+    fused.fused = type(fused.fused)(fused.config, fused.layers, fused.cache.capacity, chunk=16)
+    chunked = fused.forward(tokens)
+    assert torch.equal(chunked, whole)
+    assert torch.equal(fused.cache.k[:, :, :100], k_whole)
+    need16 = int(fused.fused.kernel.lib.q8_layer_scratch(fused.fused.dims, 16))
+    assert fused.fused._scratch.numel() == need16  # sized for one chunk, not for 100 rows
+
+
 def test_tree_rows_equal_their_path_decoded_alone() -> None:
     """Token tree: root r, children a and b of r, c child of a. Row c (positions r, a, c) must equal
     decoding r, a, c one by one; row b (r, b) equals decoding r, b."""

@@ -31,6 +31,8 @@ static int omp_get_thread_num(void) { return 0; }
 #endif
 #include <stdint.h>
 
+#include "avx2.h"
+
 #define QK 32
 #ifndef OCHUNK
 #define OCHUNK 8
@@ -83,13 +85,6 @@ static void quantize_row(const float *x, int64_t k, int8_t *q, float *d) {
 
 /* ---------------------------------------------------------------------------------------- */
 /* the dot kernel                                                                             */
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Weight row layout (one output channel, k input channels, nb = k/32 blocks): nb fp16 scales,
  * padded to a multiple of 4 (8 bytes), then nb blocks of 32 int8 (unaligned loads throughout). */
@@ -163,7 +158,7 @@ static inline float f16_at(const uint16_t *p) { return _cvtsh_ss(*p); }
                                          s, acc[j]);                                           \
             }                                                                                  \
         }                                                                                      \
-        for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = hsum(acc[j]);                      \
+        for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = hsum8(acc[j]);                     \
     }
 
 static void gemm_rows(const uint8_t *w, int64_t k, const int8_t *xq, const float *xd, int64_t rows0,
@@ -276,7 +271,7 @@ static inline __m256i dot4_i32(const uint8_t *wq, const int8_t *xq) {
                                          _mm256_set1_ps(dwb * xd[r * nb + b]), acc[j]);        \
             }                                                                                  \
         }                                                                                      \
-        for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = hsum(acc[j]);                      \
+        for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = hsum8(acc[j]);                     \
     }
 
 static void gemm4_part(const uint8_t *w, int64_t k, const int8_t *xq, const float *xd,

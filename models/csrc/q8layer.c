@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "avx2.h"
+
 void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
                int8_t *xq, float *xd);
 void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
@@ -34,12 +36,6 @@ enum { D_H, D_NH, D_NKV, D_HD, D_I, D_CAP, D_BITS };
  * (or NULL) */
 enum { W_QKV, W_O, W_GU, W_DOWN, W_IN_NORM, W_POST_NORM, W_QKV_BIAS };
 
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_extractf128_ps(v, 1), _mm256_castps256_ps128(v));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* e^x, 8 lanes (Cephes' polynomial, as avx_mathfun): relative error ~1e-7; inputs clamped to
  * [-87, 88] (below -87 the result is ~1e-38, not 0: callers mask lanes that must not count) */
@@ -146,10 +142,19 @@ static void attend(const float *q, int64_t gh, int64_t hd, const float *keys, co
 #undef CASE
 }
 
+/* the widest input of the layer's linears (their activation scratch is sized for it) */
+static int64_t widest_input(const int64_t *d) {
+    const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], I = d[D_I];
+    return H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
+}
+
+/* floats of scratch for n rows: h, qkv, attn, gate_up, act, y, then the linears' activations
+ * (int8 values, a float scale per block and, for INT4, an int32 sum per block) */
 int64_t q8_layer_scratch(const int64_t *d, int64_t n) {
     const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], kvd = d[D_NKV] * d[D_HD], I = d[D_I];
-    const int64_t kmax = H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
-    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + n * kmax / 4 + 2 * (n * kmax / 32) + 64;
+    const int64_t kmax = widest_input(d), blocks = n * kmax / 32;
+    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + n * kmax / 4 + blocks
+           + (d[D_BITS] == 4 ? blocks : 0) + 64;
 }
 
 static void linear(int64_t bits, const void *w, int64_t N, int64_t k, const float *x, int64_t n,
@@ -165,7 +170,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
               float *scratch) {
     const int64_t H = d[D_H], nh = d[D_NH], nkv = d[D_NKV], hd = d[D_HD], I = d[D_I], cap = d[D_CAP];
     const int64_t qd = nh * hd, kvd = nkv * hd, qkvd = qd + 2 * kvd, group = nh / nkv;
-    const int64_t kmax = H > I ? (H > qd ? H : qd) : (I > qd ? I : qd);
+    const int64_t kmax = widest_input(d);
     float *h = scratch, *qkv = h + n * H, *attn = qkv + n * qkvd, *gu = attn + n * qd;
     float *act = gu + n * 2 * I, *y = act + n * I;
     int8_t *xq = (int8_t *)(y + n * H);
