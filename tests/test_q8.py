@@ -118,7 +118,7 @@ def _reference4(x: torch.Tensor, packed: torch.Tensor, k: int) -> torch.Tensor:
     return (dots * xd.double()[:, None, :] * wd.double()[None]).sum(-1)
 
 
-@pytest.mark.parametrize("n_out,k", [(96, 128), (70, 96), (33, 288)])
+@pytest.mark.parametrize("n_out,k", [(96, 128), (70, 96), (33, 288), (40, 896)])
 def test_q4_matches_reference(n_out: int, k: int) -> None:
     w = torch.randn(n_out, k, generator=G) / 10
     x = torch.randn(11, k, generator=G)

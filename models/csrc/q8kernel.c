@@ -235,6 +235,30 @@ static inline __m256i dot4_i32(const uint8_t *wq, const int8_t *xq) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(w, x), _mm256_set1_epi16(1));
 }
 
+/* Two blocks at once. One 32-byte load holds blocks b and b+1 (16 bytes each); its low nibbles
+ * are [q_b[0..15] | q_b+1[0..15]] and its high nibbles [q_b[16..31] | q_b+1[16..31]], so the
+ * activations of a pair are stored in that order too (pair_x: [x_b[0..15] x_b+1[0..15]
+ * x_b[16..31] x_b+1[16..31]]). The two vpmaddubsw results add in int16 (|pair sum| <= 2 * 15 *
+ * 127 each, 7620 together) before one vpmaddwd: lanes 0-3 hold block b's partial sums, 4-7 block
+ * b+1's. The integer totals are the single-block path's exactly. */
+static inline __m256i dot4_pair(const __m256i wlo, const __m256i whi, const int8_t *xq) {
+    const __m256i a = _mm256_maddubs_epi16(wlo, _mm256_loadu_si256((const __m256i *)xq));
+    const __m256i b = _mm256_maddubs_epi16(whi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+    return _mm256_madd_epi16(_mm256_add_epi16(a, b), _mm256_set1_epi16(1));
+}
+
+/* the activation layout dot4_pair reads: within each group of 8 blocks, every pair's middle
+ * 16-byte chunks swapped (the blocks past the last full group stay as they are) */
+static void pair_x(int8_t *q, int64_t nb) {
+    for (int64_t b = 0; b + 8 <= nb; b += 8)
+        for (int64_t p = b; p < b + 8; p += 2) {
+            int8_t *c = q + p * QK;
+            const __m128i hi_b = _mm_loadu_si128((const __m128i *)(c + 16));
+            _mm_storeu_si128((__m128i *)(c + 16), _mm_loadu_si128((const __m128i *)(c + 32)));
+            _mm_storeu_si128((__m128i *)(c + 32), hi_b);
+        }
+}
+
 #define TILE4(R)                                                                               \
     for (int64_t o = o0; o < o1; o++) {                                                        \
         const uint8_t *wr = w + o * rb;                                                        \
@@ -243,17 +267,26 @@ static inline __m256i dot4_i32(const uint8_t *wq, const int8_t *xq) {
         __m256 acc[R];                                                                         \
         for (int j = 0; j < R; j++) acc[j] = _mm256_setzero_ps();                              \
         int64_t b = 0;                                                                         \
+        const __m256i lo4 = _mm256_set1_epi8(0x0F);                                            \
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);                       \
         for (; b + 8 <= nb; b += 8) {                                                          \
             _mm_prefetch((const char *)(wq + b * 16 + PREFETCH / 2), PF_HINT);                 \
             _mm_prefetch((const char *)(wq + b * 16 + PREFETCH / 2 + 64), PF_HINT);            \
             const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(ws + b)));     \
             const uint8_t *wb = wq + b * 16;                                                   \
+            __m256i wl[4], wh[4];                                                              \
+            for (int p = 0; p < 4; p++) {                                                      \
+                const __m256i t = _mm256_loadu_si256((const __m256i *)(wb + 32 * p));          \
+                wl[p] = _mm256_and_si256(t, lo4);                                              \
+                wh[p] = _mm256_and_si256(_mm256_srli_epi16(t, 4), lo4);                        \
+            }                                                                                  \
             for (int j = 0; j < R; j++) {                                                      \
                 const int8_t *xb = xq + (r0 + j) * k + b * QK;                                 \
-                __m256i t = reduce8(dot4_i32(wb, xb), dot4_i32(wb + 16, xb + 32),              \
-                                    dot4_i32(wb + 32, xb + 64), dot4_i32(wb + 48, xb + 96),    \
-                                    dot4_i32(wb + 64, xb + 128), dot4_i32(wb + 80, xb + 160),  \
-                                    dot4_i32(wb + 96, xb + 192), dot4_i32(wb + 112, xb + 224));\
+                /* per 128-bit lane the totals of blocks [0 2 4 6] | [1 3 5 7]: reorder */     \
+                __m256i t = _mm256_permutevar8x32_epi32(                                       \
+                    reduce4(dot4_pair(wl[0], wh[0], xb), dot4_pair(wl[1], wh[1], xb + 64),     \
+                            dot4_pair(wl[2], wh[2], xb + 128), dot4_pair(wl[3], wh[3], xb + 192)),\
+                    order);                                                                    \
                 t = _mm256_sub_epi32(t, _mm256_slli_epi32(                                     \
                         _mm256_loadu_si256((const __m256i *)(xs + (r0 + j) * nb + b)), 3));    \
                 const __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(xd + (r0 + j) * nb + b));   \
@@ -311,6 +344,7 @@ void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
                 for (int i = 0; i < QK; i++) acc += xq[r * k + b * QK + i];
                 xs[r * nb + b] = acc;
             }
+            pair_x(xq + r * k, nb);
         }
 #pragma omp barrier
         gemm4_part(w, k, xq, xd, xs, n, y, N, split(N, t, tid, 16), split(N, t, tid + 1, 16));
