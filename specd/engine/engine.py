@@ -292,7 +292,7 @@ class Engine:
         # keyed by what actually runs (runtime and kernel), not by the configured names: "auto"
         # resolves differently as runtimes are added, and a stale curve misleads the K policy
         runtimes = (_runtime_tag(self.target), _runtime_tag(draft_model) if draft_model is not None else "-")
-        key = "|".join(map(str, ("costs-v2", self.config.target, self.config.target_quant, self.config.draft,
+        key = "|".join(map(str, ("costs-v3", self.config.target, self.config.target_quant, self.config.draft,
                                  self.config.draft_quant, self.config.draft_head_vocab, self.config.drafter,
                                  platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes)))
         return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
