@@ -26,10 +26,10 @@ def test_large_k_when_verification_is_cheap_and_drafts_are_accepted() -> None:
 def test_acceptance_estimates_follow_observations() -> None:
     policy = AdaptiveK(CostModel(draft_ms=2.0, verify_ms=tuple(10.0 + 2 * n for n in range(1, 18))))
     k_before = policy.choose()
-    for _ in range(60):
+    for _ in range(int(5 / policy.decay)):  # ~5 memory lengths: the prior is forgotten
         policy.observe(drafted=4, accepted=0)  # the first draft is always rejected
     assert policy.alpha[0] < 0.05 and policy.choose() == 0 < k_before
-    for _ in range(200):
+    for _ in range(int(5 / policy.decay)):
         policy.observe(drafted=4, accepted=4)
     assert policy.choose() > 0
 
