@@ -1,5 +1,6 @@
-"""Activation statistics for quantization: per-channel absolute maxima of every linear layer's
-input, observed while the dense model reads real code.
+"""Activation statistics for quantization, observed while the dense model reads real code: per
+input channel of every linear layer, the absolute maximum (INT8 outlier channels on the
+fallback runtime) or the mean square (the importance of each channel to the INT4 scale search).
 
 The calibration text is real source code found on this machine (the Python standard library),
 disjoint from the held-out files ``bench/quant_quality.py`` evaluates on.
@@ -36,6 +37,26 @@ def channel_absmax(model: Decoder, texts: list[list[int]]) -> dict[str, torch.Te
         m = x.abs().amax(dim=0).float()
         stats[name] = torch.maximum(stats[name], m) if name in stats else m
 
+    _run(model, texts, observe)
+    return stats
+
+
+@torch.inference_mode()
+def channel_meansq(model: Decoder, texts: list[list[int]]) -> dict[str, torch.Tensor]:
+    """Per linear layer, ``E[x_i^2]`` over every calibration token, per input channel ``i``."""
+    sums: dict[str, torch.Tensor] = {}
+    counts: dict[str, int] = {}
+
+    def observe(name: str, x: torch.Tensor) -> None:
+        s = x.float().square().sum(dim=0)
+        sums[name] = sums[name] + s if name in sums else s
+        counts[name] = counts.get(name, 0) + x.shape[0]
+
+    _run(model, texts, observe)
+    return {name: s / counts[name] for name, s in sums.items()}
+
+
+def _run(model: Decoder, texts: list[list[int]], observe) -> None:
     model.observer = observe
     try:
         for ids in texts:
@@ -45,7 +66,6 @@ def channel_absmax(model: Decoder, texts: list[list[int]]) -> dict[str, torch.Te
     finally:
         model.observer = None
         model.rollback(0)
-    return stats
 
 
 def outlier_channels(absmax: torch.Tensor, ratio: float = 6.0, cap: int = 64) -> torch.Tensor:

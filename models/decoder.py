@@ -36,6 +36,8 @@ from specd.models import q8layer
 from specd.models.q8layer import FusedLayers
 from specd.models.quant import DenseLinear, Linear
 
+HEAD_INPUT = "head_input"  # the observer's name for the output head's input (calibration)
+
 # Builds the linear layer for a (fused) weight: name, float weight [N, K] -> Linear.
 LinearFactory = Callable[[str, torch.Tensor], Linear]
 
@@ -262,6 +264,8 @@ class Decoder(CacheOwner):
             gate, up = self._apply(li, "gate_up", layer, h).chunk(2, dim=-1)
             x = x + self._apply(li, "down_proj", layer, F.silu(gate) * up)
         x = self._rms(x, self.norm)
+        if self.observer is not None:
+            self.observer(HEAD_INPUT, x)
         logits = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
         if self.head_rows is not None:
             full = torch.full((n, c.vocab_size), float("-inf"))

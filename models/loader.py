@@ -99,13 +99,15 @@ def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
     return weights
 
 
-def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: str) -> dict[str, torch.Tensor]:
-    """Run the dense model over real code once to find each layer's outlier input channels."""
-    from specd.models.calibrate import calibration_tokens, channel_absmax
+def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: str, quant: str) -> dict[str, torch.Tensor]:
+    """Run the dense model over real code once: each layer's outlier input channels (int8 on the
+    fallback runtime) or each input channel's mean square (int4's scale search)."""
+    from specd.models.calibrate import calibration_tokens, channel_absmax, channel_meansq
 
-    print(f"specd: calibrating {spec} for int8 (once; stored with the quantized weights)", file=sys.stderr)
+    print(f"specd: calibrating {spec} for {quant} (once; stored with the quantized weights)", file=sys.stderr)
     dense = Decoder(config, weights, compute_dtype=torch.bfloat16, max_len=600)
-    return channel_absmax(dense, calibration_tokens(tokenizer))
+    stat = channel_meansq if quant == "int4" else channel_absmax
+    return stat(dense, calibration_tokens(tokenizer))
 
 
 def resolve_backend(backend: str, quant: str, device: str) -> str:
@@ -167,7 +169,7 @@ def load_model(
     weights = _read_weights(directory)
     factory = linear_factory(directory, quant, spec, device)
     if factory is not None and getattr(factory, "needs_calibration", False):
-        factory.stats = _calibrate(config, weights, tokenizer, spec)
+        factory.stats = _calibrate(config, weights, tokenizer, spec, quant)
     try:
         decoder = Decoder(config, weights, compute_dtype=compute_dtype(quant), max_len=max_len,
                           device=device, linear_factory=factory, head_rows=head_rows)

@@ -121,24 +121,68 @@ def q4_row_bytes(k: int) -> int:
     return scale_bytes(k) + k // 2
 
 
-def pack4(w: torch.Tensor) -> torch.Tensor:
+def _q4_codes(g: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """The 4-bit codes ``clamp(round(g / d) + 8, 0, 15)`` of blocks ``g`` ``[..., 32]`` at scales
+    ``d`` ``[..., 1]`` (a zero scale gives code 8, the value 0)."""
+    safe = torch.where(d != 0, d, torch.ones_like(d))
+    return torch.where(d != 0, torch.round(g / safe) + 8, torch.full_like(g, 8.0)).clamp(0, 15)
+
+
+def _q4_search(g: torch.Tensor, m: torch.Tensor, c: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scales ``[R, nb, 1]``, codes ``[R, nb, 32]``) of blocks ``g`` by the search in ``pack4``.
+    A candidate's error in closed form: ``sum c (d l - g)^2 = sum c g^2 - 2 d sum c l g + d^2
+    sum c l^2`` at its fp16 scale ``d``."""
+    cg2 = (c * g * g).sum(-1, keepdim=True)
+    best_d = (m / -8).half().float()
+    best_l = _q4_codes(g, best_d) - 8
+    cl = c * best_l
+    best_e = cg2 - 2 * best_d * (cl * g).sum(-1, keepdim=True) + best_d.square() * (cl * best_l).sum(-1, keepdim=True)
+    inv_m = torch.where(m != 0, 1 / m, torch.zeros_like(m))
+    for s in range(-9, 10):
+        l = torch.round(g * (inv_m * -(8 + 0.1 * s))).clamp_(-8, 7)  # [R, nb, 32]
+        cl = c * l
+        slx, sl2 = (cl * g).sum(-1, keepdim=True), (cl * l).sum(-1, keepdim=True)
+        d = torch.where(sl2 > 0, slx / sl2.clamp_min(1e-30), torch.zeros_like(sl2)).half().float()
+        e = cg2 - 2 * d * slx + d.square() * sl2
+        better = e < best_e
+        best_d, best_e = torch.where(better, d, best_d), torch.where(better, e, best_e)
+        best_l = torch.where(better, l, best_l)
+    return best_d, best_l + 8
+
+
+def pack4(w: torch.Tensor, search: bool = True, importance: torch.Tensor | None = None) -> torch.Tensor:
     """Quantize a float weight ``[N, K]`` (K a multiple of 32) to the INT4 layout, uint8
-    ``[N, q4_row_bytes(K)]``: per block of 32 input channels an fp16 scale ``d = m / -8`` (``m``
-    the value of largest magnitude) and 32 values ``q = clamp(round(w / d) + 8, 0, 15)``,
-    ``w ≈ d (q - 8)`` (llama.cpp's Q4_0); byte j of a block holds q[j] low, q[j + 16] high."""
+    ``[N, q4_row_bytes(K)]``: per block of 32 input channels an fp16 scale ``d`` and 32 values
+    ``q`` in 0..15, ``w ≈ d (q - 8)`` (llama.cpp's Q4_0 numbers); byte j of a block holds q[j]
+    low, q[j + 16] high.
+
+    ``search`` False: Q4_0's rule, ``d = m / -8`` with ``m`` the block's value of largest
+    magnitude. True (the default): the scale that minimises the block's squared error, as
+    llama.cpp's ``make_qx_quants``: for 19 candidate grids ``d = m / -(8 + 0.1 s)``, s = -9..9,
+    the codes are rounded, then ``d`` is refit by least squares to those codes; the candidate
+    with the smallest error wins (the plain rule is one of them, so no block gets worse).
+
+    ``importance`` ``[K]``: the mean square of each input channel's activation on real text
+    (``specd.models.calibrate.channel_meansq``). The error is then ``sum_i E[x_i^2] (w_i - ŵ_i)^2``,
+    the expected squared error of the layer's output, so the scale favours the channels that
+    carry signal (llama.cpp's importance matrix plays this part)."""
     n, k = w.shape
     if k % QK:
         raise ValueError(f"in_features {k} is not a multiple of {QK}")
     g = w.float().reshape(n, k // QK, QK)
-    idx = g.abs().argmax(-1, keepdim=True)
-    d = (g.gather(-1, idx) / -8).half()  # [N, nb, 1]
-    df = d.float()
-    q = torch.where(df != 0, torch.round(g / torch.where(df != 0, df, torch.ones_like(df))) + 8,
-                    torch.full_like(g, 8.0))
-    q = q.clamp(0, 15).to(torch.uint8)  # [N, nb, 32]
+    m = g.gather(-1, g.abs().argmax(-1, keepdim=True))  # [N, nb, 1] signed largest magnitude
+    if not search:
+        d = (m / -8).half().float()
+        q = _q4_codes(g, d)
+    else:  # in chunks of rows, so the temporaries stay in cache
+        c = torch.ones(1, k // QK, QK) if importance is None else importance.float().reshape(1, k // QK, QK)
+        c = c.clamp_min(1e-12)  # a channel never seen still counts a little
+        parts = [_q4_search(g[i : i + 256], m[i : i + 256], c) for i in range(0, n, 256)]
+        d, q = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    q = q.to(torch.uint8)  # [N, nb, 32]
     nibbles = q[..., :16] | (q[..., 16:] << 4)  # [N, nb, 16]
     scales = torch.zeros(n, scale_bytes(k), dtype=torch.uint8)
-    scales[:, : k // QK * 2] = d.reshape(n, -1).contiguous().view(torch.uint8)
+    scales[:, : k // QK * 2] = d.half().reshape(n, -1).contiguous().view(torch.uint8)
     return torch.cat([scales, nibbles.reshape(n, k // 2)], dim=1).contiguous()
 
 

@@ -27,6 +27,7 @@ import torch
 
 from specd.models import q8
 from specd.models.calibrate import outlier_channels
+from specd.models.decoder import HEAD_INPUT
 from specd.models.errors import ModelError
 from specd.models.quant import (
     DenseLinear,
@@ -61,7 +62,8 @@ _ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
 
 def _artifact(directory: Path, mode: str) -> Path:
     if mode in ("int8", "int4") and q8.available():  # specd's kernels: their own packed layouts
-        return directory / f"quant-{mode}-q{mode[3]}.safetensors"
+        # int4 -v2: scales searched, weighted by calibrated channel importance (q8.pack4)
+        return directory / f"quant-{mode}-q{mode[3]}{'-v2' if mode == 'int4' else ''}.safetensors"
     version = _ARTIFACT_VERSION.get(mode, "")
     return directory / f"quant-{mode}{version}.safetensors"
 
@@ -115,7 +117,9 @@ class _QuantStore:
 
     @property
     def needs_calibration(self) -> bool:
-        return self.mode == "int8" and not self.use_q8 and not self.stored
+        """int8 without specd's kernel: outlier channels; int4 on it: the channels' mean squares
+        weigh the scale search (``q8.pack4``). Only when something is left to quantize."""
+        return ((self.mode == "int8" and not self.use_q8) or self.use_q4) and not self.stored
 
     def __call__(self, name: str, weight: torch.Tensor) -> Linear:
         tensors = {k[len(name) + 1 :]: v for k, v in self.stored.items() if k.startswith(name + ":")}
@@ -133,7 +137,8 @@ class _QuantStore:
                                  "for this model") from e
         if self.use_q4:
             try:
-                return {"p4": q8.pack4(w), "k": torch.tensor([w.shape[1]])}
+                imp = self.stats.get(HEAD_INPUT if name.startswith("lm_head") else name)
+                return {"p4": q8.pack4(w, importance=imp), "k": torch.tensor([w.shape[1]])}
             except ValueError as e:
                 raise ModelError(f"{self.model}: {name}: {e} (specd's INT4 blocks); use --*-quant bf16 "
                                  "for this model") from e

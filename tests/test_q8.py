@@ -134,12 +134,40 @@ def test_q4_pack_roundtrip_error_bound() -> None:
     q = 0), every other value within half a step (the clamp at 15 only ever touches values that
     round past +7 steps, at most one step away)."""
     w = torch.randn(40, 256, generator=G)
-    wq, wd = q8.unpack4(q8.pack4(w), 256)
+    wq, wd = q8.unpack4(q8.pack4(w, search=False), 256)
     assert int(wq.min()) >= -8 and int(wq.max()) <= 7
     step = wd.abs().repeat_interleave(32, 1)
     deq = wq.float() * wd.repeat_interleave(32, 1)
     assert bool(((deq - w).abs() <= step * (1 + 8 * 2**-11) + 1e-6).all())
     assert float((deq - w).abs().mean() / step.mean()) < 0.3
+
+
+def _q4_block_errors(w: torch.Tensor, importance: torch.Tensor | None = None, **kw) -> torch.Tensor:
+    wq, wd = q8.unpack4(q8.pack4(w, importance=importance, **kw), w.shape[1])
+    err = (wq.float() * wd.repeat_interleave(32, 1) - w).square()
+    if importance is not None:
+        err = err * importance
+    return err.reshape(w.shape[0], -1, 32).sum(-1)  # [N, nb]
+
+
+def test_q4_scale_search_never_worse_than_the_plain_rule() -> None:
+    w = torch.randn(64, 512, generator=G) / 10
+    w[:, 7] *= 6  # an outlier channel
+    plain, searched = _q4_block_errors(w, search=False), _q4_block_errors(w)
+    assert bool((searched <= plain * (1 + 1e-6)).all())
+    assert float(searched.sum()) < 0.95 * float(plain.sum())
+
+
+def test_q4_importance_lowers_the_weighted_error() -> None:
+    """Channels that carry more activation energy are fit more closely: the expected squared
+    error of the layer's output (sum E[x^2] dw^2) is lower with the importance than without."""
+    w = torch.randn(64, 512, generator=G) / 10
+    importance = torch.rand(512, generator=G) ** 4 * 10 + 0.01  # a few channels dominate
+    wq, wd = q8.unpack4(q8.pack4(w), 512)  # searched, blind to the importance
+    blind_weighted = ((wq.float() * wd.repeat_interleave(32, 1) - w).square() * importance).sum()
+    aware = _q4_block_errors(w, importance).sum()
+    plain = _q4_block_errors(w, importance, search=False).sum()
+    assert float(aware) < 0.9 * float(blind_weighted) and float(aware) < float(plain)
 
 
 def test_q4_batch_invariant_bit_for_bit() -> None:
