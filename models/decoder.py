@@ -38,8 +38,10 @@ from specd.models.quant import DenseLinear, Linear
 
 HEAD_INPUT = "head_input"  # the observer's name for the output head's input (calibration)
 
-# Builds the linear layer for a (fused) weight: name, float weight [N, K] -> Linear.
-LinearFactory = Callable[[str, torch.Tensor], Linear]
+# Builds the linear layer for a (fused) weight: name, a function returning the float weight
+# [N, K] -> Linear. The weight is read only when called: a factory whose quantized layer is
+# stored never reads the float weight from the checkpoint.
+LinearFactory = Callable[[str, Callable[[], torch.Tensor]], Linear]
 
 
 class Decoder(CacheOwner):
@@ -70,7 +72,7 @@ class Decoder(CacheOwner):
         self.observer: Callable[[str, torch.Tensor], None] | None = None
         self.device = torch.device(device)
         c = config
-        make = linear_factory or (lambda name, weight: DenseLinear(weight.to(compute_dtype)))
+        make = linear_factory or (lambda name, weight: DenseLinear(weight().to(compute_dtype)))
 
         def w(name: str, dtype: torch.dtype = compute_dtype) -> torch.Tensor:
             if name not in weights:
@@ -78,29 +80,35 @@ class Decoder(CacheOwner):
             t = weights[name]
             return t if t.dtype == dtype and t.device == self.device else t.to(self.device, dtype)
 
+        def lazy(*names: str) -> Callable[[], torch.Tensor]:
+            """The weights ``names`` stacked along the output dimension, read when called (their
+            presence is checked now)."""
+            for name in names:
+                if name not in weights:
+                    raise KeyError(f"missing weight {name!r}")
+            return lambda: w(names[0]) if len(names) == 1 else torch.cat([w(n) for n in names])
+
         self.embed = w("model.embed_tokens.weight")  # [V, H]
         head = "lm_head.weight" if not c.tie_word_embeddings and "lm_head.weight" in weights else "model.embed_tokens.weight"
         self.head_rows = None if head_rows is None else torch.tensor(sorted(head_rows), dtype=torch.long)
         if self.head_rows is not None:
-            self.lm_head: Linear = make(f"lm_head.sub{len(self.head_rows)}", w(head)[self.head_rows])  # [V', H]
+            rows = self.head_rows
+            self.lm_head: Linear = make(f"lm_head.sub{len(rows)}", lambda: w(head)[rows])  # [V', H]
         elif linear_factory is None and head == "model.embed_tokens.weight":
             self.lm_head = DenseLinear(self.embed)  # tied: one tensor serves both
         else:
-            self.lm_head = make("lm_head", w(head))  # [V, H]
+            self.lm_head = make("lm_head", lazy(head))  # [V, H]
         self.norm = w("model.norm.weight", torch.float32)
         self.layers = []
         for i in range(c.num_layers):
             p = f"model.layers.{i}."
-            q, k, v = (w(p + f"self_attn.{n}_proj.weight") for n in "qkv")
             layer = {
                 "in_norm": w(p + "input_layernorm.weight", torch.float32),
                 "post_norm": w(p + "post_attention_layernorm.weight", torch.float32),
-                "qkv": make(p + "qkv", torch.cat([q, k, v])),  # [(nh + 2 nkv) hd, H]
-                "o": make(p + "o_proj", w(p + "self_attn.o_proj.weight")),
-                "gate_up": make(p + "gate_up", torch.cat(
-                    [w(p + "mlp.gate_proj.weight"), w(p + "mlp.up_proj.weight")]
-                )),  # [2 I, H]
-                "down": make(p + "down_proj", w(p + "mlp.down_proj.weight")),
+                "qkv": make(p + "qkv", lazy(*(p + f"self_attn.{n}_proj.weight" for n in "qkv"))),  # [(nh + 2 nkv) hd, H]
+                "o": make(p + "o_proj", lazy(p + "self_attn.o_proj.weight")),
+                "gate_up": make(p + "gate_up", lazy(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")),  # [2 I, H]
+                "down": make(p + "down_proj", lazy(p + "mlp.down_proj.weight")),
                 "qkv_bias": None,
             }
             if c.qkv_bias:

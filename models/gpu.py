@@ -7,6 +7,8 @@ which is how the tests exercise it without a GPU.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
 from specd.models.errors import ModelError
@@ -63,7 +65,8 @@ class _CudaFactory:
     def __init__(self, mode: str, device: str = "cuda") -> None:
         self.mode, self.device = mode, device
 
-    def __call__(self, name: str, weight: torch.Tensor):
+    def __call__(self, name: str, read: Callable[[], torch.Tensor]):
+        weight = read()
         if self.mode == "fp8":
             q, s = quantize_fp8(weight.to(self.device))
             return FP8Linear(q, s)

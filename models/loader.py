@@ -7,6 +7,7 @@ import hashlib
 import json
 import re
 import sys
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -82,21 +83,48 @@ def _from_hub(repo_id: str) -> Path:
         raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {e}") from e
 
 
-def _read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    from safetensors import safe_open
+class _LazyWeights(Mapping[str, torch.Tensor]):
+    """A checkpoint's tensors by name, each read from its file when asked for and not kept: a
+    load whose linear layers come from a stored quantized artifact reads only the embedding, the
+    norms and the biases (the INT8 target's 3 GB of bf16 linears are never read, so they never
+    sit in the daemon's memory)."""
 
+    def __init__(self, files: list[Path]) -> None:
+        from safetensors import safe_open
+
+        self._where: dict[str, Path] = {}
+        for f in files:
+            try:
+                with safe_open(str(f), framework="pt") as sf:
+                    self._where.update(dict.fromkeys(sf.keys(), f))
+            except Exception as e:
+                raise ModelError(f"{f}: corrupt or unreadable weights ({e}); pull or convert it again") from e
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        f = self._where[name]
+        try:
+            with safe_open(str(f), framework="pt") as sf:
+                return sf.get_tensor(name)
+        except Exception as e:
+            raise ModelError(f"{f}: corrupt or unreadable weights ({e}); pull or convert it again") from e
+
+    def __contains__(self, name: object) -> bool:  # (Mapping's default would read the tensor)
+        return name in self._where
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+
+def _read_weights(directory: Path) -> Mapping[str, torch.Tensor]:
     files = sorted(f for f in directory.glob("*.safetensors") if not f.name.startswith("quant-"))
     if not files:
         raise ModelError(f"{directory}: no .safetensors weights")
-    weights: dict[str, torch.Tensor] = {}
-    for f in files:
-        try:
-            with safe_open(str(f), framework="pt") as sf:
-                for name in sf.keys():
-                    weights[name] = sf.get_tensor(name)
-        except Exception as e:
-            raise ModelError(f"{f}: corrupt or unreadable weights ({e}); pull or convert it again") from e
-    return weights
+    return _LazyWeights(files)
 
 
 def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: str, quant: str) -> dict[str, torch.Tensor]:

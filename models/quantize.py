@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -74,7 +74,9 @@ class LinearFactory(Protocol):
         """True when the layers need calibration statistics (``stats``) before quantizing."""
         ...
 
-    def __call__(self, name: str, weight: torch.Tensor) -> Linear: ...
+    def __call__(self, name: str, weight: Callable[[], torch.Tensor]) -> Linear:
+        """The layer ``name``; ``weight()`` reads its float weight (only if it must be quantized)."""
+        ...
 
     def save(self) -> None:
         """Persist whatever was quantized during this load."""
@@ -121,10 +123,10 @@ class _QuantStore:
         weigh the scale search (``q8.pack4``). Only when something is left to quantize."""
         return ((self.mode == "int8" and not self.use_q8) or self.use_q4) and not self.stored
 
-    def __call__(self, name: str, weight: torch.Tensor) -> Linear:
+    def __call__(self, name: str, weight: Callable[[], torch.Tensor]) -> Linear:
         tensors = {k[len(name) + 1 :]: v for k, v in self.stored.items() if k.startswith(name + ":")}
         if not tensors:
-            tensors = self._quantize(name, weight)
+            tensors = self._quantize(name, weight())
             self.fresh.update({f"{name}:{k}": v for k, v in tensors.items()})
         return self._build(name, tensors)
 

@@ -41,3 +41,21 @@ def test_missing_tensor(tmp_path) -> None:
     save_file(w, str(d / "model.safetensors"))
     with pytest.raises(ModelError, match="down_proj"):
         load_model(str(d))
+
+
+@pytest.mark.parametrize("quant", ["int8", "int4"])
+def test_stored_quantized_layers_never_read_the_float_linears(tmp_path, monkeypatch, quant) -> None:
+    """The first load quantizes and stores the layers; a later load reads only the embedding,
+    norms and biases from the checkpoint (the float linears would otherwise sit in memory)."""
+    from specd.models import loader
+
+    d = save_tiny_model(tmp_path / "m")
+    first = load_model(str(d), quant=quant)
+    assert list(d.glob(f"quant-{quant}*.safetensors"))
+    read: list[str] = []
+    get = loader._LazyWeights.__getitem__
+    monkeypatch.setattr(loader._LazyWeights, "__getitem__", lambda self, name: read.append(name) or get(self, name))
+    again = load_model(str(d), quant=quant)
+    assert read and not [n for n in read if n.endswith("proj.weight")], read
+    ids = __import__("torch").tensor([1, 2, 3])
+    assert (first.model.forward(ids) == again.model.forward(ids)).all()

