@@ -142,3 +142,41 @@ def test_cost_cache_is_keyed_by_the_runtime_that_runs(tmp_path, monkeypatch) -> 
                for b in ("torch", "ort")]
     paths = {e._costs_path(e.draft) for e in engines}
     assert len(paths) == 2
+
+
+def test_gate_drafts_on_only_when_the_last_draft_is_likely_accepted() -> None:
+    """The zero-cost gate: a second draft costs one draft step plus one verified row; it is
+    worth it only when the first draft is likely to be accepted (high confidence)."""
+    cost = CostModel(draft_ms=19.0, verify_ms=(111.5, 111.5, 118.9, 142.7, 181.2))
+    policy = AdaptiveK(cost, prior=0.76)
+    policy.choose()
+    assert policy.keep_drafting(1, 0.9)
+    policy.choose()
+    assert not policy.keep_drafting(1, 0.2)
+    # the break-even confidence, from S * a * t > E * dt: c * 0.76 * 130.5 > (1 + c) * 26.4
+    policy.choose()
+    assert not policy.keep_drafting(1, 0.35)
+    policy.choose()
+    assert policy.keep_drafting(1, 0.38)
+    # free drafts and free rows: always worth drafting on (up to k_max)
+    free = AdaptiveK(CostModel(draft_ms=0.0, verify_ms=(10.0,) * 9), k_max=3)
+    free.choose()
+    assert free.keep_drafting(1, 0.05) and free.keep_drafting(2, 0.05) and not free.keep_drafting(3, 1.0)
+
+
+def test_fixed_k_is_not_gated() -> None:
+    assert not FixedK(3).gated and FixedK(3).keep_drafting(1, 0.0)
+
+
+def test_gated_rounds_stop_early_and_keep_the_target_output() -> None:
+    """A draft that is rarely confident: the gate ends rounds after one draft (no second forward
+    paid), and the output is still exactly the target's greedy output."""
+    t = table(64, 10, seed=11)
+    target, draft = TableLM(t), TableLM(0.1 * table(64, 10, seed=12))  # near-uniform: never sure
+    plain, _ = generate(target, [1, 2, 3], max_new_tokens=30)
+    target.rollback(0)
+    cost = CostModel(draft_ms=19.0, verify_ms=(111.5, 111.5, 118.9, 142.7, 181.2))
+    gated = AdaptiveK(cost, k_max=4, prior=0.95)  # K = 2..4 chosen: the gate must cut rounds
+    out, stats = generate(target, [1, 2, 3], max_new_tokens=30, drafter=ModelDrafter(draft), k=gated)
+    assert out == plain
+    assert stats.drafted < stats.rounds * 2  # some rounds stopped after their first draft

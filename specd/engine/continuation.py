@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.engine.drafters import Drafter, Proposal
+from specd.engine.drafters import Drafter, KeepDrafting, Proposal
 from specd.engine.sampling import SamplingParams
 from specd.models.tokenizer import Tokenizer
 
@@ -76,7 +76,8 @@ class LookaheadDrafter:
         return self.fallback.prefill(context)
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
+        keep: KeepDrafting | None = None,
     ) -> Proposal:
         done = seq[self.prompt_len:]
         n = len(done)
@@ -84,7 +85,7 @@ class LookaheadDrafter:
             ahead = self.tokens[n : n + k]
             self.proposed += len(ahead)
             return Proposal(torch.tensor(ahead, dtype=torch.long), None)
-        return self.fallback.propose(seq, min(k, self.k), params, generator)
+        return self.fallback.propose(seq, min(k, self.k), params, generator, keep)
 
     def commit(self, valid: int) -> None:
         self.fallback.commit(valid)

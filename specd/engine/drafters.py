@@ -4,7 +4,7 @@ come from: a small model today; n-gram lookup and token trees plug in here."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -36,6 +36,11 @@ class Proposal:
         return n
 
 
+# Asked by a drafter before each draft after the first: (drafts so far, the drafter's confidence in
+# the last one, its top probability) -> whether to draft another (see policy.AdaptiveK).
+KeepDrafting = Callable[[int, float], bool]
+
+
 class Drafter(Protocol):
     @property
     def max_len(self) -> int:
@@ -48,9 +53,11 @@ class Drafter(Protocol):
         ...
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
+        keep: KeepDrafting | None = None,
     ) -> Proposal:
-        """Up to ``k`` tokens that follow ``seq``."""
+        """Up to ``k`` tokens that follow ``seq``; ``keep`` may end the round early (drafters
+        without a confidence ignore it)."""
         ...
 
     def commit(self, valid: int) -> None:
@@ -86,20 +93,27 @@ class ModelDrafter:
         return reused
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
+        keep: KeepDrafting | None = None,
     ) -> Proposal:
         model = self.model
         feed = torch.tensor(seq[model.cache_len :], dtype=torch.long)  # catch-up + last token
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         extra: list[tuple[int, int, torch.Tensor | None]] = []  # (depth index, token, q row)
+        top = 1.0
         for i in range(k):
+            # the next draft's forward is paid only if ``keep`` says the last draft was worth
+            # following (decided on the draft's distribution, never on the target)
+            if i > 0 and keep is not None and not keep(i, top):
+                break
             logits = model.forward(feed)[-1]  # [V]
             # Stop (and branch) on the draft's confidence at this position (its top probability),
             # decided before sampling: a rule that looked at the sampled token itself would bias
             # which drafts get verified, and the output would no longer follow the target exactly.
             if params.greedy:
-                top = float(torch.softmax(logits, -1).max()) if (self.min_prob > 0 or self.branch > 1) else 1.0
+                want = self.min_prob > 0 or self.branch > 1 or keep is not None
+                top = float(torch.softmax(logits, -1).max()) if want else 1.0
                 if i > 0 and top < self.min_prob:
                     break
                 width = self.branch if top < self.branch_below else 1

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from specd.engine.drafters import Drafter, Proposal
+from specd.engine.drafters import Drafter, KeepDrafting, Proposal
 from specd.engine.sampling import SamplingParams
 
 
@@ -45,7 +45,8 @@ class NgramDrafter:
         return 0
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
+        keep: KeepDrafting | None = None,
     ) -> Proposal:
         return Proposal(torch.tensor(lookup(seq, k, self.max_ngram, self.min_ngram), dtype=torch.long), None)
 
@@ -69,14 +70,15 @@ class HybridDrafter:
         return self.model.prefill(context)
 
     def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None
+        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
+        keep: KeepDrafting | None = None,
     ) -> Proposal:
         found = self.ngram.propose(seq, k, params, generator)
         if found.tokens.numel() >= min(self.min_tokens, k):
             self.ngram_rounds += 1
             return found
         self.model_rounds += 1
-        return self.model.propose(seq, k, params, generator)
+        return self.model.propose(seq, k, params, generator, keep)
 
     def commit(self, valid: int) -> None:
         self.model.commit(valid)

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from specd.engine import tree
-from specd.engine.drafters import Drafter, Proposal
+from specd.engine.drafters import Drafter, KeepDrafting, Proposal
 from specd.engine.sampling import (
     SamplingParams,
     Verdict,
@@ -135,7 +135,8 @@ def generate(
             # never draft past the budget: K drafts + 1 recovered/bonus token
             kr = min(policy.choose(seq), remaining - 1)
             drafted_before, accepted_before = stats.drafted, stats.accepted
-            new = _speculative_round(target, drafter, seq, kr, params, generator, stats)
+            keep = policy.keep_drafting if policy.gated else None
+            new = _speculative_round(target, drafter, seq, kr, params, generator, stats, keep)
             policy.observe(stats.drafted - drafted_before, stats.accepted - accepted_before)
         else:
             new = [_target_step(target, seq, params, generator).next_token]
@@ -177,11 +178,12 @@ def _speculative_round(
     params: SamplingParams,
     generator: torch.Generator | None,
     stats: GenerationStats,
+    keep: KeepDrafting | None = None,
 ) -> list[int]:
     """One round; returns the emitted tokens: accepted drafts, then the recovered/bonus token."""
     if k <= 0:
         return [_target_step(target, seq, params, generator).next_token]
-    proposal = drafter.propose(seq, k, params, generator)
+    proposal = drafter.propose(seq, k, params, generator, keep)
     if proposal.parents is not None:
         return _tree_round(target, drafter, seq, proposal, params, generator, stats)
     drafts = proposal.tokens  # [k]
