@@ -127,7 +127,7 @@ def _read_weights(directory: Path) -> Mapping[str, torch.Tensor]:
     return _LazyWeights(files)
 
 
-def _calibrate(config: ModelConfig, weights: dict, tokenizer: Tokenizer, spec: str, quant: str) -> dict[str, torch.Tensor]:
+def _calibrate(config: ModelConfig, weights: Mapping[str, torch.Tensor], tokenizer: Tokenizer, spec: str, quant: str) -> dict[str, torch.Tensor]:
     """Run the dense model over real code once: each layer's outlier input channels (int8 on the
     fallback runtime) or each input channel's mean square (int4's scale search)."""
     from specd.models.calibrate import calibration_tokens, channel_absmax, channel_meansq

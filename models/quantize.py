@@ -58,12 +58,14 @@ def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
 
 # bump when a mode's stored format or method changes, so stale artifacts are not reused
 _ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
+# specd's kernels' own packed layouts (int4 -v2: scales searched against calibrated channel
+# importance, q8.pack4)
+_KERNEL_ARTIFACT_VERSION = {"int8": "-q8", "int4": "-q4-v2"}
 
 
 def _artifact(directory: Path, mode: str) -> Path:
-    if mode in ("int8", "int4") and q8.available():  # specd's kernels: their own packed layouts
-        # int4 -v2: scales searched, weighted by calibrated channel importance (q8.pack4)
-        return directory / f"quant-{mode}-q{mode[3]}{'-v2' if mode == 'int4' else ''}.safetensors"
+    if mode in _KERNEL_ARTIFACT_VERSION and q8.available():
+        return directory / f"quant-{mode}{_KERNEL_ARTIFACT_VERSION[mode]}.safetensors"
     version = _ARTIFACT_VERSION.get(mode, "")
     return directory / f"quant-{mode}{version}.safetensors"
 

@@ -149,23 +149,18 @@ def test_gate_drafts_on_only_when_the_last_draft_is_likely_accepted() -> None:
     worth it only when the first draft is likely to be accepted (high confidence)."""
     cost = CostModel(draft_ms=19.0, verify_ms=(111.5, 111.5, 118.9, 142.7, 181.2))
     policy = AdaptiveK(cost, prior=0.76)
-    policy.choose()
-    assert policy.keep_drafting(1, 0.9)
-    policy.choose()
-    assert not policy.keep_drafting(1, 0.2)
+    assert policy.keep_drafting([0.9])
+    assert not policy.keep_drafting([0.2])
     # the break-even confidence, from S * a * t > E * dt: c * 0.76 * 130.5 > (1 + c) * 26.4
-    policy.choose()
-    assert not policy.keep_drafting(1, 0.35)
-    policy.choose()
-    assert policy.keep_drafting(1, 0.38)
+    assert not policy.keep_drafting([0.35])
+    assert policy.keep_drafting([0.38])
     # free drafts and free rows: always worth drafting on (up to k_max)
     free = AdaptiveK(CostModel(draft_ms=0.0, verify_ms=(10.0,) * 9), k_max=3)
-    free.choose()
-    assert free.keep_drafting(1, 0.05) and free.keep_drafting(2, 0.05) and not free.keep_drafting(3, 1.0)
+    assert free.keep_drafting([0.05]) and free.keep_drafting([0.05, 0.05]) and not free.keep_drafting([0.05, 0.05, 1.0])
 
 
 def test_fixed_k_is_not_gated() -> None:
-    assert not FixedK(3).gated and FixedK(3).keep_drafting(1, 0.0)
+    assert not FixedK(3).gated and FixedK(3).keep_drafting([0.0])
 
 
 def test_gated_rounds_stop_early_and_keep_the_target_output() -> None:

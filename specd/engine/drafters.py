@@ -36,9 +36,9 @@ class Proposal:
         return n
 
 
-# Asked by a drafter before each draft after the first: (drafts so far, the drafter's confidence in
-# the last one, its top probability) -> whether to draft another (see policy.AdaptiveK).
-KeepDrafting = Callable[[int, float], bool]
+# Asked by a drafter before each draft after the first, with its confidence (top probability) in
+# each draft of the round so far: whether to draft another (see policy.AdaptiveK).
+KeepDrafting = Callable[[list[float]], bool]
 
 
 class Drafter(Protocol):
@@ -101,11 +101,11 @@ class ModelDrafter:
         tokens: list[int] = []
         rows: list[torch.Tensor] = []
         extra: list[tuple[int, int, torch.Tensor | None]] = []  # (depth index, token, q row)
-        top = 1.0
+        tops: list[float] = []  # the draft's top probability at each chain position
         for i in range(k):
-            # the next draft's forward is paid only if ``keep`` says the last draft was worth
+            # the next draft's forward is paid only if ``keep`` says the drafts so far are worth
             # following (decided on the draft's distribution, never on the target)
-            if i > 0 and keep is not None and not keep(i, top):
+            if i > 0 and keep is not None and not keep(tops):
                 break
             logits = model.forward(feed)[-1]  # [V]
             # Stop (and branch) on the draft's confidence at this position (its top probability),
@@ -130,6 +130,7 @@ class ModelDrafter:
                 if top < self.branch_below:  # more candidates drawn independently from q
                     extra += [(i, sample(q, generator), q) for _ in range(self.branch - 1)]
             tokens.append(d)
+            tops.append(top)
             feed = torch.tensor([d], dtype=torch.long)
         # the cache now holds seq + d_1..d_{k-1} (k = drafts kept; an early stop also fed d_k)
         parents = None

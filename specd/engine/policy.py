@@ -35,9 +35,9 @@ class KPolicy(Protocol):
         """K for the next round; ``seq`` is the sequence so far (prompt and output)."""
         ...
 
-    def keep_drafting(self, drafted: int, confidence: float) -> bool:
-        """Within a round: whether draft ``drafted + 1`` is worth its forward, given the
-        drafter's confidence (top probability) in draft ``drafted``."""
+    def keep_drafting(self, confidences: list[float]) -> bool:
+        """Within a round: whether one more draft is worth its forward, given the drafter's
+        confidence (top probability) in each draft so far."""
         ...
 
     def observe(self, drafted: int, accepted: int) -> None: ...
@@ -51,7 +51,7 @@ class FixedK:
     def choose(self, seq: list[int] | None = None) -> int:
         return self.k_max
 
-    def keep_drafting(self, drafted: int, confidence: float) -> bool:
+    def keep_drafting(self, confidences: list[float]) -> bool:
         return True
 
     def observe(self, drafted: int, accepted: int) -> None:
@@ -96,7 +96,6 @@ class AdaptiveK:
         self.k_max = k_max
         self.decay = decay
         self.alpha = [prior] * k_max  # conditional acceptance per draft position
-        self._confidence: list[float] = []  # this round's drafts so far
 
     def expected_rate(self, k: int) -> float:
         """Expected tokens per millisecond when drafting ``k``."""
@@ -108,24 +107,23 @@ class AdaptiveK:
         return tokens / ms
 
     def choose(self, seq: list[int] | None = None) -> int:
-        self._confidence = []
         return max(range(self.k_max + 1), key=lambda k: (self.expected_rate(k), -k))
 
-    def keep_drafting(self, drafted: int, confidence: float) -> bool:
-        """The zero-cost gate: draft ``drafted + 1`` only if its expected tokens per ms beat
+    def keep_drafting(self, confidences: list[float]) -> bool:
+        """The zero-cost gate: draft once more only if that draft's expected tokens per ms beat
         stopping here. The drafts so far count with the drafter's own confidence as their
         acceptance (this round's evidence); the next one with the running estimate. Continue iff
         ``S * a_next * t > E * dt``: ``S`` the chance every draft so far is accepted, ``E`` and
         ``t`` the expected tokens and the time if the round stops now, ``dt`` one more draft step
         plus the extra verified row. On two AVX2 cores a second draft needs a confidence of ~0.36
         in the first."""
-        self._confidence = (self._confidence + [confidence])[:drafted]
-        survive, tokens = 1.0, 1.0
-        for c in self._confidence:
-            survive *= min(max(c, 0.0), 1.0)
-            tokens += survive
+        drafted = len(confidences)
         if drafted >= self.k_max:
             return False
+        survive, tokens = 1.0, 1.0
+        for c in confidences:
+            survive *= min(max(c, 0.0), 1.0)
+            tokens += survive
         cost = self.cost
         t = drafted * cost.draft_ms + cost.target(drafted + 1)
         dt = cost.draft_ms + cost.target(drafted + 2) - cost.target(drafted + 1)
@@ -146,6 +144,7 @@ class StructureK:
     prose is not. The kind is judged each round from the sequence so far."""
 
     PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
+    gated = True
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
                  priors: dict[str, float] | None = None) -> None:
@@ -161,10 +160,8 @@ class StructureK:
         self.rounds[self.current] += 1
         return self.policies[self.current].choose()
 
-    gated = True
-
-    def keep_drafting(self, drafted: int, confidence: float) -> bool:
-        return self.policies[self.current].keep_drafting(drafted, confidence)
+    def keep_drafting(self, confidences: list[float]) -> bool:
+        return self.policies[self.current].keep_drafting(confidences)
 
     def observe(self, drafted: int, accepted: int) -> None:
         self.policies[self.current].observe(drafted, accepted)
