@@ -201,10 +201,17 @@ def test_calibration_finds_outlier_channels(tmp_path) -> None:
     from specd.models.calibrate import channel_absmax, outlier_channels
     from tests.tiny import tiny_decoder
 
+    texts = [list(range(40))]
     model = tiny_decoder(seed=2, dtype=torch.bfloat16, hidden=64)
-    model.embed[:, 7] *= 50  # channel 7 of the residual stream is huge
-    stats = channel_absmax(model, [list(range(40))])
-    assert set(stats) >= {"model.layers.0.qkv", "model.layers.1.down_proj"}
-    assert 7 in outlier_channels(stats["model.layers.0.qkv"]).tolist() or \
-        7 in outlier_channels(stats["model.layers.0.o_proj"]).tolist() or True
+    plain = channel_absmax(model, texts)
+    assert set(plain) >= {"model.layers.0.qkv", "model.layers.1.down_proj"}
+    # the control: a random model's normed embeddings have no outlier channel
+    assert outlier_channels(plain["model.layers.0.qkv"]).tolist() == []
+    # channels 7 and 30 of the residual stream made huge: layer 0's qkv reads the normed
+    # embeddings, so exactly those two input channels stand out there
+    model.embed[:, [7, 30]] *= 50
+    stats = channel_absmax(model, texts)
+    qkv = stats["model.layers.0.qkv"]
+    assert outlier_channels(qkv).tolist() == [7, 30]
+    assert float(qkv[[7, 30]].min()) > 6 * float(qkv.median())
     assert stats["model.layers.0.qkv"].shape == (64,)
