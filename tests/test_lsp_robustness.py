@@ -81,8 +81,12 @@ async def test_unknown_method_and_broken_json(client: LanguageClient) -> None:
 
 
 async def test_change_to_an_unopened_document_is_logged(client: LanguageClient) -> None:
-    insert(client, "file:///work/proj/ghost.py", 3, types.Position(0, 0), "x")
-    await serves(client)
+    uri = "file:///work/proj/ghost.py"
+    assert not any(uri in m.message for m in client.log_messages)
+    insert(client, uri, 3, types.Position(0, 0), "x")
+    await serves(client)  # the server handles notifications in order: its log came before this answer
+    # a window/logMessage (never a showMessage popup: the fixture checks) names the document
+    assert any(uri in m.message for m in client.log_messages), [m.message for m in client.log_messages]
 
 
 async def test_did_change_storm_then_complete(client: LanguageClient) -> None:
