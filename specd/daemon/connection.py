@@ -37,6 +37,13 @@ class Connection:
                                                    "permission denied: only the daemon's own user may connect")))
             await self.close()
             return
+        try:
+            await self._serve(sock)
+        finally:  # whatever ended the connection, nothing it queued may keep the model busy
+            self.cancel_all("client disconnected")
+            await self.close()
+
+    async def _serve(self, sock: Any) -> None:
         lines = LineReader(self.reader, self.server.config.max_message_bytes)
         try:
             while not self.closed:
@@ -59,7 +66,6 @@ class Connection:
         self.cancel_all("client disconnected")
         if self.tasks:
             await asyncio.wait(set(self.tasks))
-        await self.close()
 
     async def close(self) -> None:
         if self.closed:

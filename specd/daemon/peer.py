@@ -31,7 +31,15 @@ def peer_allowed(sock: socket.socket, uid: int) -> bool:
 
 def peer_closed(sock: HasFd) -> bool:
     """True when the peer closed the connection entirely (POLLHUP); a peer that only shut down its
-    writing side (half-close, as ``nc``/``socat`` do at the end of their input) is still there."""
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLHUP | select.POLLERR)
-    return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+    writing side (half-close, as ``nc``/``socat`` do at the end of their input) is still there.
+    A socket that is already closed on this side (``fileno() == -1``, as after a transport saw a
+    reset) counts as closed."""
+    try:
+        fd = sock.fileno()
+        if fd < 0:
+            return True
+        poller = select.poll()
+        poller.register(fd, select.POLLHUP | select.POLLERR)
+        return any(ev & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return True

@@ -86,6 +86,8 @@ class Server:
             self._conn_tasks.add(task)
         try:
             await conn.run()
+        except Exception as e:  # a bug in one connection is logged; the daemon serves on
+            log(f"connection {conn.cid} ended by {type(e).__name__}: {e}")
         finally:
             self.connections.discard(conn)
             if task is not None:
