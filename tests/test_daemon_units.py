@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 
 import pytest
 import torch
@@ -133,44 +134,66 @@ async def _run(scheduler: Scheduler, job: Job):
     return await scheduler.submit(job)
 
 
+class GatedEngine:
+    """What the scheduler needs of an engine (``complete``, ``reset``), delegated to a real one
+    behind a gate: the worker waits inside its job until the test opens the gate, so the test can
+    fill the queue while a job is running."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.entered = threading.Event()  # the worker is inside a job
+        self.gate = threading.Event()
+
+    def complete(self, request, on_delta=None, cancelled=None):
+        self.entered.set()
+        if not self.gate.wait(timeout=60):
+            raise TimeoutError("the test never opened the gate")
+        return self.engine.complete(request, on_delta=on_delta, cancelled=cancelled)
+
+    def reset(self) -> None:
+        self.engine.reset()
+
+    async def wait_entered(self) -> None:
+        assert await asyncio.to_thread(self.entered.wait, 60), "the worker never started a job"
+
+
 async def test_round_robin_across_sessions() -> None:
-    engine = tiny_engine(k=2)
+    engine = GatedEngine(tiny_engine(k=2))
     scheduler = Scheduler(engine)
     scheduler.start(asyncio.get_running_loop())
     order: list[str] = []
-    engine._lock.acquire()  # hold the worker inside the first job while the queue fills
-    try:
+    try:  # the worker is held inside the first job while the queue fills
         first = Job(CompletionRequest(PREFIX, max_tokens=2), lane="A")
         futures = {"a0": scheduler.submit(first)}
-        while not scheduler.counts()["running"]:
-            await asyncio.sleep(0.01)
+        await engine.wait_entered()
+        assert scheduler.counts() == {"queued": 0, "running": 1}
         for name, lane in [("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B"), ("c1", "C"), ("b2", "B")]:
             futures[name] = scheduler.submit(Job(CompletionRequest(PREFIX, max_tokens=2), lane=lane))
         for name, f in futures.items():
             f.add_done_callback(lambda _, n=name: order.append(n))
+        assert scheduler.counts() == {"queued": 6, "running": 1}
     finally:
-        engine._lock.release()
+        engine.gate.set()
     await asyncio.gather(*futures.values())
     assert order == ["a0", "a1", "b1", "c1", "a2", "b2", "a3"]
     scheduler.close(wait=10)
 
 
 async def test_supersession_of_a_queued_job_and_cancel() -> None:
-    engine = tiny_engine(k=2)
+    engine = GatedEngine(tiny_engine(k=2))
     scheduler = Scheduler(engine)
     scheduler.start(asyncio.get_running_loop())
-    engine._lock.acquire()
-    try:
+    try:  # the worker is held inside the first job while the others queue
         running = scheduler.submit(Job(CompletionRequest(PREFIX, max_tokens=3), lane="x"))
-        while not scheduler.counts()["running"]:
-            await asyncio.sleep(0.01)
+        await engine.wait_entered()
         old = scheduler.submit(Job(CompletionRequest(PREFIX, max_tokens=3), lane="s", session="s"))
         new = scheduler.submit(Job(CompletionRequest(PREFIX, max_tokens=3), lane="s", session="s"))
         doomed = Job(CompletionRequest(PREFIX, max_tokens=3), lane="y")
         cancelled = scheduler.submit(doomed)
         scheduler.cancel(doomed, "cancelled by the client")
+        assert scheduler.counts() == {"queued": 1, "running": 1}  # only the newer "s" job waits
     finally:
-        engine._lock.release()
+        engine.gate.set()
     old_out, new_out, c_out, r_out = await asyncio.gather(old, new, cancelled, running)
     assert isinstance(old_out, WasCancelled) and "superseded" in old_out.reason
     assert isinstance(c_out, WasCancelled) and isinstance(new_out, Done) and isinstance(r_out, Done)
