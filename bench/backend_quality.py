@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from quant_quality import acceptance, compare, held_out_texts, logprobs  # noqa: E402
+# run as `python bench/backend_quality.py`: its own folder is first on sys.path, for quant_quality
+from quant_quality import acceptance, compare, held_out_texts, logprobs
 
-from specd.models.loader import load_model  # noqa: E402
+from specd.models.loader import load_model
 
 
 def main() -> None:

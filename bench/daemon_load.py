@@ -31,11 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from specd.daemon.client import AsyncClient, Client, DaemonError  # noqa: E402
-from specd.daemon.listener import is_listening  # noqa: E402
-from specd.daemon.stats import percentile  # noqa: E402
+from specd.daemon.client import AsyncClient, Client, DaemonError
+from specd.daemon.listener import is_listening
+from specd.daemon.stats import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 CANCELLED = -32800

@@ -30,8 +30,8 @@ from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED
 from specd.models.tokenizer import Tokenizer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from postprocess_rules import score  # noqa: E402
+# run as `python bench/suffix_window.py`: its own folder is first on sys.path, for postprocess_rules
+from postprocess_rules import score
 
 
 def main() -> int:
