@@ -1,4 +1,5 @@
-"""Build bench/tasks.jsonl: fill-in-the-middle tasks cut from real code that no one here wrote.
+"""Build specd/bench/data/tasks.jsonl, the bench tasks (shipped as package data): fill-in-the-middle
+tasks cut from real code that no one here wrote.
 
 Sources, all found on this machine: Python files of widely used PyPI packages installed in
 site-packages, C headers from Debian -dev packages in /usr/include, and JavaScript from npm's own
@@ -9,7 +10,7 @@ sources under node's global modules. Each task records its provenance (package, 
 Windows are cut at line boundaries and bounded in tokens of the default target's tokenizer, so a
 prompt stays within ~300-800 tokens. Selection is seeded: the same machine gives the same tasks.
 
-    python bench/build_tasks.py [--seed 1234] [--out bench/tasks.jsonl]
+    python bench/build_tasks.py [--seed 1234] [--out specd/bench/data/tasks.jsonl]
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+# the checkout's copy, which the package ships (specd.bench.tasks.default_tasks_path reads it)
+TASKS_FILE = Path(__file__).resolve().parents[1] / "specd" / "bench" / "data" / "tasks.jsonl"
 PY_PACKAGES = (
     "requests", "urllib3", "click", "Jinja2", "Flask", "Werkzeug", "rich", "attrs", "packaging",
     "PyYAML", "python-dateutil", "Pygments", "charset-normalizer", "python-dotenv", "jmespath",
@@ -345,7 +348,7 @@ def build(seed: int, count: Counter) -> list[Task]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1234)
-    ap.add_argument("--out", type=Path, default=Path(__file__).with_name("tasks.jsonl"))
+    ap.add_argument("--out", type=Path, default=TASKS_FILE)
     ap.add_argument("--tokenizer", type=Path, default=Path.home() / ".cache/specd/models/qwen2.5-coder-1.5b/converted/tokenizer.json")
     args = ap.parse_args()
     count = Counter(args.tokenizer)

@@ -25,10 +25,10 @@ def register(subparsers) -> None:
     b.add_argument("--tasks", default=None,
                    help="subset: comma-separated task ids, id globs ('py-*'), categories (boilerplate, logic, "
                         "docs), languages or kinds (default: all; with --quick one task per category)")
-    b.add_argument("--tasks-file", type=Path, default=None, help="task file (default: bench/tasks.jsonl of the checkout)")
+    b.add_argument("--tasks-file", type=Path, default=None, help="task file (default: the tasks shipped with specd)")
     b.add_argument("--reps", type=int, default=None, help="repetitions per task and mode (default 3; --quick 2)")
     b.add_argument("--max-tokens", type=int, default=None, help="new tokens per completion (default 64; --quick 32)")
-    b.add_argument("--out", type=Path, default=None, help="output folder (default: bench/out/<time> in the checkout)")
+    b.add_argument("--out", type=Path, default=None, help="output folder (default: bench/out/<time> in a source checkout, else ./specd-bench/<time>)")
     b.add_argument("--quick", action="store_true",
                    help="a smoke run (< 3 min on 2 cores): one task per category, 2 reps, 32 tokens, warm KV, "
                         "prompts cut to 384 prefix / 64 suffix tokens")
@@ -46,10 +46,14 @@ def register(subparsers) -> None:
 
 
 def _default_out() -> Path:
-    from specd.bench.tasks import default_tasks_path
+    """``bench/out/<time>`` of the source checkout specd runs from (an editable install), else
+    ``./specd-bench/<time>``: never inside an installed package."""
+    import specd
 
-    root = default_tasks_path().parent
-    base = root / "out" if root.is_dir() else Path.cwd() / "specd-bench"
+    checkout = Path(specd.__file__).resolve().parents[1]
+    bench = checkout / "bench"
+    in_checkout = bench.is_dir() and (checkout / "pyproject.toml").is_file()
+    base = bench / "out" if in_checkout else Path.cwd() / "specd-bench"
     return base / time.strftime("%Y%m%d-%H%M%S")
 
 
@@ -88,19 +92,29 @@ def _bench(args: argparse.Namespace) -> int:
                         verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup, kv=kv,
                         progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]))
     bench.check()  # bad input fails before any model loads
+    plots, plots_note = args.plots, None
+    if plots:  # an optional dependency (the bench extra): checked before any work, skipped with a note
+        from specd.bench.plots import unavailable
+
+        plots_note = unavailable()
+        if plots_note:
+            plots = False
+            print(f"specd bench: note: {plots_note}", file=sys.stderr, flush=True)
     out = args.out or _default_out()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BenchError(f"--out {out}: {e}") from e
     doc = run_bench(bench)
-    write_outputs(doc, out, plots=args.plots)
+    if plots_note:
+        doc["notes"].append(plots_note)
+    write_outputs(doc, out, plots=plots)
     from specd.bench.report import text_table
 
     print(text_table(doc))
     for n in doc["notes"]:
         print(f"note: {n}")
-    print(f"wrote {out}/results.json, {out}/report.md" + (" and plots" if args.plots else ""))
+    print(f"wrote {out}/results.json, {out}/report.md" + (" and plots" if plots else ""))
     return 0
 
 

@@ -6,6 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 
+MISSING_NOTE = ("matplotlib is not installed: the PNG plots are skipped (the numbers, results.json and "
+                "report.md are not); pip install 'specd[bench]' draws them")
+
+
+def unavailable() -> str | None:
+    """None when the plots can be drawn, else a note saying why not and what to install. Checked
+    before a run starts, so a missing optional dependency never ends a finished run in a traceback."""
+    try:
+        _pyplot()
+    except ImportError:
+        return MISSING_NOTE
+    return None
+
+
 def _pyplot():
     import matplotlib
 

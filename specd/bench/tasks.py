@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import importlib.resources
 import json
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -36,17 +37,23 @@ class Task:
 
 
 def default_tasks_path() -> Path:
-    """``bench/tasks.jsonl`` of the source checkout this package is installed from (editable)."""
-    return Path(__file__).resolve().parents[2] / "bench" / "tasks.jsonl"
+    """The bench tasks shipped as package data (``specd/bench/data/tasks.jsonl``, which
+    ``bench/build_tasks.py`` writes): found in an editable checkout and in an installed wheel."""
+    return Path(str(importlib.resources.files("specd.bench").joinpath("data", "tasks.jsonl")))
 
 
 def load_tasks(path: Path | None = None) -> list[Task]:
-    path = path or default_tasks_path()
-    if not path.is_file():
+    if path is None:
+        path = default_tasks_path()
+        if not path.is_file():
+            raise BenchError(
+                f"task file {path} not found: this specd install lacks its bench tasks (package data); "
+                "reinstall specd, or pass --tasks-file; `python bench/build_tasks.py` rebuilds them"
+            )
+    elif not path.is_file():
         raise BenchError(
-            f"task file {path} not found: the bench tasks live in the source checkout "
-            "(install with `pip install -e .` from it) or pass --tasks-file; "
-            "`python bench/build_tasks.py` rebuilds them"
+            f"task file {path} not found: pass an existing --tasks-file, or omit it for the bundled tasks; "
+            "`python bench/build_tasks.py --out FILE` builds a task file"
         )
     names = {f.name for f in fields(Task)}
     tasks = []
