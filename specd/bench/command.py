@@ -28,7 +28,8 @@ def register(subparsers) -> None:
     b.add_argument("--tasks-file", type=Path, default=None, help="task file (default: the tasks shipped with specd)")
     b.add_argument("--reps", type=int, default=None, help="repetitions per task and mode (default 3; --quick 2)")
     b.add_argument("--max-tokens", type=int, default=None, help="new tokens per completion (default 64; --quick 32)")
-    b.add_argument("--out", type=Path, default=None, help="output folder (default: bench/out/<time> in a source checkout, else ./specd-bench/<time>)")
+    b.add_argument("--out", type=Path, default=None,
+                   help="output folder (default: bench/out/<time> in a source checkout, else ./specd-bench/<time>)")
     b.add_argument("--quick", action="store_true",
                    help="a smoke run (< 3 min on 2 cores): one task per category, 2 reps, 32 tokens, warm KV, "
                         "prompts cut to 384 prefix / 64 suffix tokens")
