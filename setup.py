@@ -1,5 +1,6 @@
 """The one compiled part of specd: the AVX2 INT8 kernel (models/csrc/q8kernel.c), loaded through
-ctypes by specd.models.q8. Optional: where it cannot be built (no C compiler, not x86-64), the
+ctypes by specd.models.q8, which checks the library's ABI version and signatures
+(models/csrc/kernel_abi.h) at load. Optional: where it cannot be built (no C compiler, not x86-64), the
 install still succeeds and the runtimes fall back to ONNX Runtime / torch kernels."""
 
 import platform
@@ -12,7 +13,7 @@ if sys.platform != "win32" and platform.machine().lower() in ("x86_64", "amd64")
     ext_modules.append(Extension(
         "specd.models._q8kernel",
         sources=["models/csrc/q8kernel.c", "models/csrc/q8layer.c"],
-        depends=["models/csrc/avx2.h"],
+        depends=["models/csrc/avx2.h", "models/csrc/kernel_abi.h"],
         extra_compile_args=["-O3", "-mavx2", "-mfma", "-mf16c", "-std=c11", "-fopenmp"],
         extra_link_args=["-fopenmp"],
         optional=True,

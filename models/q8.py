@@ -1,5 +1,6 @@
 """specd's INT8 x INT8 linear on x86-64 AVX2 (``models/csrc/q8kernel.c``, built by the package
-install, loaded here through ctypes).
+install, loaded here through ctypes once its ABI version and signatures match ``ABI_VERSION`` and
+``_SIGNATURES``, see ``models/csrc/kernel_abi.h``).
 
 Weights: int8 in blocks of 32 input channels, one fp16 scale per block (llama.cpp's Q8_0 numbers;
 scales stored ahead of each row's blocks). Activations: quantized per row and per block of 32 inside the call.
@@ -13,14 +14,39 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import logging
+import os
 import threading
 from functools import lru_cache
 
 import torch
 
-from specd.models.errors import ModelError
+from specd.models.errors import KernelABIError, ModelError
+
+log = logging.getLogger(__name__)
 
 QK = 32
+
+# The kernel library's C ABI (models/csrc/kernel_abi.h), checked at load. Bump rule: change
+# ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
+# function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
+# changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
+ABI_VERSION = 1
+_P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+_SIGNATURES: dict[str, tuple[list[type], type | None]] = {
+    "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
+    "q4_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P, _P], None),
+    "q8_quantize": ([_P, _I64, _I64, _P, _P], None),
+    "q8_layer": ([_P, _P, _F32, _P, _I64, _I64, _P, _P, _P, _P, _P, _P], None),
+    "q8_layer_scratch": ([_P, _I64], _I64),
+    "specd_kernel_omp_entry": ([], _P),
+    "specd_kernel_set_threads": ([_I32], None),
+}
+# q8_layer's index tables: the order of its dims[] (int64) and weights[] (pointers) arguments
+LAYER_DIMS = ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "capacity", "bits")
+LAYER_WEIGHTS = ("qkv", "o", "gate_up", "down", "in_norm", "post_norm", "qkv_bias")
+_TYPE_CODES: dict[type | None, str] = {_P: "p", _I64: "i64", _I32: "i32", _F32: "f32", None: "void"}
+REBUILD = "pip install -e . (or, in the source tree, python setup.py build_ext --inplace)"
 
 
 def scale_bytes(k: int) -> int:
@@ -61,18 +87,119 @@ def available() -> bool:
     return unavailable() is None
 
 
+def signature_table() -> dict[str, str]:
+    """The ABI text entries this module declares, by name, in kernel_abi.h's format:
+    ``name(args)->ret`` for the functions, ``name[indices]->type`` for q8_layer's tables."""
+    table = {name: f"{name}({','.join(_TYPE_CODES[t] for t in args)})->{_TYPE_CODES[ret]}"
+             for name, (args, ret) in _SIGNATURES.items()}
+    table["q8_layer_dims"] = f"q8_layer_dims[{','.join(LAYER_DIMS)}]->i64"
+    table["q8_layer_weights"] = f"q8_layer_weights[{','.join(LAYER_WEIGHTS)}]->p"
+    return table
+
+
+def _parse_signatures(text: str) -> dict[str, str]:
+    """The library's ABI text (``specd_kernel_abi_signatures``) as entries by name."""
+    entries = [e.strip() for e in text.split(";") if e.strip()]
+    return {e.split("(", 1)[0].split("[", 1)[0]: e for e in entries}
+
+
+def _check_abi(lib: ctypes.CDLL, path: str) -> None:
+    """KernelABIError unless ``lib`` exports ABI_VERSION and exactly the signatures declared here."""
+    try:
+        version_fn, text_fn = lib.specd_kernel_abi_version, lib.specd_kernel_abi_signatures
+    except AttributeError:
+        raise KernelABIError(f"specd's INT8 kernel {path} exports no ABI version "
+                             f"(specd_kernel_abi_version): it was built from older sources than "
+                             f"this specd; rebuild it: {REBUILD}") from None
+    version_fn.argtypes, version_fn.restype = [], ctypes.c_int
+    text_fn.argtypes, text_fn.restype = [], ctypes.c_char_p
+    found = int(version_fn())
+    if found != ABI_VERSION:
+        raise KernelABIError(f"specd's INT8 kernel {path} has ABI version {found}, this specd "
+                             f"expects {ABI_VERSION}: the build is stale; rebuild it: {REBUILD}")
+    theirs, ours = _parse_signatures((text_fn() or b"").decode()), signature_table()
+    diff = [f"{name}: library {theirs.get(name, 'missing')!r}, specd.models.q8 {ours.get(name, 'missing')!r}"
+            for name in sorted(theirs.keys() | ours.keys()) if theirs.get(name) != ours.get(name)]
+    if diff:
+        raise KernelABIError(f"specd's INT8 kernel {path} (ABI version {found}) declares other "
+                             f"signatures than specd.models.q8 ({'; '.join(diff)}); rebuild it: {REBUILD}")
+
+
+def _entry(fn: ctypes._CFuncPtr) -> int | None:
+    """The address of a ctypes function."""
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def _mapped_library(prefix: str) -> str | None:
+    """The path of the first library mapped into this process whose file name starts with
+    ``prefix`` (from /proc/self/maps), or None."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(maxsplit=5)[-1].strip()
+                if path.startswith("/") and os.path.basename(path).startswith(prefix):
+                    return path
+    except OSError:
+        pass
+    return None
+
+
+def _library_of(address: int | None) -> str:
+    """The file of the library that holds ``address`` (dladdr), for messages."""
+    if not address:
+        return "no OpenMP runtime"
+    info = (ctypes.c_void_p * 4)()  # Dl_info: dli_fname, dli_fbase, dli_sname, dli_saddr
+    try:
+        found = ctypes.CDLL(None).dladdr(ctypes.c_void_p(address), info)
+    except (OSError, AttributeError):
+        found = 0
+    if not found or not info[0]:
+        return hex(address)
+    return ctypes.cast(info[0], ctypes.c_char_p).value.decode(errors="replace")
+
+
+def torch_omp_entry() -> int | None:
+    """The address of ``omp_get_max_threads`` in the OpenMP runtime torch's CPU library is bound
+    to (looked up through libtorch_cpu's dependencies), or None when torch does not run its
+    intra-op threads on OpenMP."""
+    if "parallel backend: OpenMP" not in torch.__config__.parallel_info():
+        return None
+    path = _mapped_library("libtorch_cpu")
+    if path is None:
+        return None
+    try:
+        return _entry(ctypes.CDLL(path).omp_get_max_threads)
+    except (OSError, AttributeError):
+        return None
+
+
 class _Kernel:
+    """The kernel library at ``path``, checked at load: its ABI (KernelABIError naming the
+    rebuild command when it does not match this module) and whether its OpenMP runtime is
+    torch's. ``omp_shared``: True when the kernel's parallel regions run on torch's thread
+    pool (``torch.set_num_threads`` applies); otherwise the kernel keeps its own team size, set
+    once here to torch's thread count, and a log line says so."""
+
     def __init__(self, path: str) -> None:
-        lib = ctypes.CDLL(path)
-        p, i64 = ctypes.c_void_p, ctypes.c_int64
-        lib.q8_linear.argtypes, lib.q8_linear.restype = [p, i64, i64, p, i64, p, p, p], None
-        lib.q8_quantize.argtypes, lib.q8_quantize.restype = [p, i64, i64, p, p], None
-        lib.q4_linear.argtypes, lib.q4_linear.restype = [p, i64, i64, p, i64, p, p, p, p], None
-        lib.q8_layer.argtypes = [p, p, ctypes.c_float, p, i64, i64, p, p, p, p, p, p]
-        lib.q8_layer.restype = None
-        lib.q8_layer_scratch.argtypes, lib.q8_layer_scratch.restype = [p, i64], i64
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            raise KernelABIError(f"cannot load specd's INT8 kernel {path} ({e}); rebuild it: {REBUILD}") from None
+        _check_abi(lib, path)
+        for name, (args, ret) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ret
         self.lib = lib
+        self.path = path
         self.lock = threading.Lock()  # one call at a time: calls share torch's OpenMP pool
+        ours, torchs = lib.specd_kernel_omp_entry(), torch_omp_entry()
+        self.omp_shared = ours is not None and ours == torchs
+        if not self.omp_shared:
+            threads = torch.get_num_threads() if ours is not None else 1
+            lib.specd_kernel_set_threads(threads)
+            log.warning("specd's INT8 kernel does not share torch's OpenMP runtime (kernel: %s, "
+                        "torch: %s): it runs on its own %d thread(s), fixed at load",
+                        _library_of(ours), _library_of(torchs), threads)
 
 
 _kernel: _Kernel | None = None
@@ -80,8 +207,9 @@ _kernel_lock = threading.Lock()
 
 
 def kernel() -> _Kernel:
-    """The loaded kernel; its threads are torch's (``torch.set_num_threads``). ModelError when it
-    is unavailable."""
+    """The loaded kernel; its threads are torch's (``torch.set_num_threads``) when its OpenMP
+    runtime is torch's (``_Kernel.omp_shared``). ModelError when it is unavailable,
+    KernelABIError when the built library does not match this module."""
     global _kernel
     why = unavailable()
     if why:
@@ -196,7 +324,11 @@ def unpack4(packed: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def quantize_activations(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The kernel's own activation quantization (int8 ``[n, K]``, float32 ``[n, K/32]``)."""
+    """The kernel's own activation quantization (int8 ``[n, K]``, float32 ``[n, K/32]``).
+    ValueError unless ``x`` is ``[n, K]`` with K a multiple of 32."""
+    if x.dim() != 2 or x.shape[1] % QK or x.device.type != "cpu":
+        raise ValueError(f"activations x of shape {tuple(x.shape)} on {x.device}: expected [n, K] on "
+                         f"the CPU with K a multiple of {QK}")
     x = x.float().contiguous()
     n, k = x.shape
     q = torch.empty(n, k, dtype=torch.int8)
@@ -213,9 +345,12 @@ class _BlockLinear:
     bits: int
 
     def __init__(self, packed: torch.Tensor, in_features: int) -> None:
-        if packed.dtype != torch.uint8 or packed.shape[1] != self._row_bytes(in_features) or in_features % QK:
-            raise ModelError(f"Q{self.bits} weight of shape {tuple(packed.shape)} does not fit "
-                             f"{in_features} input channels")
+        if (packed.dtype != torch.uint8 or packed.dim() != 2 or packed.device.type != "cpu"
+                or in_features <= 0 or in_features % QK or packed.shape[1] != self._row_bytes(in_features)):
+            raise ModelError(f"Q{self.bits} weight of shape {tuple(packed.shape)} and dtype {packed.dtype} "
+                             f"on {packed.device} does not fit {in_features} input channels (expected uint8 "
+                             f"[N, {self._row_bytes(in_features)}] on the CPU, input channels a "
+                             f"multiple of {QK})")
         self.kernel = kernel()
         self.packed = packed.contiguous()
         self.in_features = in_features
@@ -229,10 +364,13 @@ class _BlockLinear:
         raise NotImplementedError
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 2 or x.shape[1] != self.in_features:
+            raise ValueError(f"expected {self.in_features} input features in x of shape [n, "
+                             f"{self.in_features}], got x of shape {tuple(x.shape)}")
+        if x.device.type != "cpu":
+            raise ValueError(f"x is on {x.device}: specd's INT8 kernel runs on the CPU")
         x = x.float().contiguous()
         n, k = x.shape
-        if k != self.in_features:
-            raise ValueError(f"expected {self.in_features} input features, got {k}")
         y = torch.empty(n, self.out_features, dtype=torch.float32)
         xq = torch.empty(n, k, dtype=torch.int8)
         xd = torch.empty(n, k // QK, dtype=torch.float32)

@@ -34,6 +34,45 @@ def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> b
 _LINEARS = ("qkv", "o", "gate_up", "down")
 
 
+def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """TypeError unless ``t`` holds ``dtype`` on the CPU; ValueError unless it is contiguous and
+    of ``shape``. The C layer trusts every pointer and size it gets: these are its guards."""
+    if t.dtype != dtype or t.device.type != "cpu":
+        raise TypeError(f"{name}: expected {dtype} on the CPU, got {t.dtype} on {t.device}")
+    if tuple(t.shape) != shape or not t.is_contiguous():
+        layout = "" if t.is_contiguous() else " (not contiguous)"
+        raise ValueError(f"{name}: expected a contiguous tensor of shape {list(shape)}, got shape "
+                         f"{list(t.shape)}{layout}")
+
+
+def _check_layers(config: ModelConfig, layers: list[dict]) -> None:
+    """TypeError / ValueError unless every layer's weights have the shapes ``config`` gives them
+    and every linear is the same kernel class (``Q8Linear`` or ``Q4Linear``)."""
+    c = config
+    if c.num_kv_heads <= 0 or c.num_heads % c.num_kv_heads or c.head_dim % 8:
+        raise ValueError(f"{c.num_heads} heads over {c.num_kv_heads} KV heads of head_dim {c.head_dim}: "
+                         f"the fused layer needs whole groups and head_dim a multiple of 8")
+    H, qd, kvd, inter = c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.intermediate_size
+    shapes = {"qkv": (qd + 2 * kvd, H), "o": (H, qd), "gate_up": (2 * inter, H), "down": (H, inter)}
+    if not layers:
+        raise ValueError("no layers to fuse")
+    kind = type(layers[0]["qkv"])
+    if kind not in (q8.Q8Linear, q8.Q4Linear):
+        raise TypeError(f"layer 0 qkv: expected Q8Linear or Q4Linear, got {kind.__name__}")
+    for li, layer in enumerate(layers):
+        for name, shape in shapes.items():
+            lin = layer[name]
+            if type(lin) is not kind:
+                raise TypeError(f"layer {li} {name}: expected {kind.__name__} like layer 0 qkv, "
+                                f"got {type(lin).__name__}")
+            if (lin.out_features, lin.in_features) != shape:
+                raise ValueError(f"layer {li} {name}: expected a [{shape[0]}, {shape[1]}] weight, got "
+                                 f"[{lin.out_features}, {lin.in_features}]")
+        for name, size in (("in_norm", H), ("post_norm", H), ("qkv_bias", qd + 2 * kvd)):
+            if layer[name] is not None:
+                _check(f"layer {li} {name}", layer[name].float().contiguous(), (size,), torch.float32)
+
+
 class FusedLayers:
     """Pointers to every layer's weights, built once; ``run`` applies all layers to ``x``.
 
@@ -46,28 +85,50 @@ class FusedLayers:
 
     def __init__(self, config: ModelConfig, layers: list[dict], capacity: int, chunk: int = 64) -> None:
         c = config
+        _check_layers(c, layers)
+        if capacity <= 0:
+            raise ValueError(f"cache capacity {capacity}: expected at least one position")
         self.chunk = chunk
         self.kernel = q8.kernel()
         self.eps = float(c.rms_norm_eps)
-        self.dims = (ctypes.c_int64 * 7)(c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim,
-                                         c.intermediate_size, capacity, layers[0]["qkv"].bits)
+        dims = {"hidden": c.hidden_size, "heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
+                "intermediate": c.intermediate_size, "capacity": capacity, "bits": layers[0]["qkv"].bits}
+        # in the order of the ABI's q8_layer_dims / q8_layer_weights tables (checked at load)
+        self.dims = (ctypes.c_int64 * len(q8.LAYER_DIMS))(*[dims[name] for name in q8.LAYER_DIMS])
         self._keep = []  # the tensors the pointers point into
         self.ptrs = []
         for layer in layers:
-            tensors = [layer["qkv"].packed, layer["o"].packed, layer["gate_up"].packed, layer["down"].packed,
-                       layer["in_norm"].float().contiguous(), layer["post_norm"].float().contiguous(),
-                       None if layer["qkv_bias"] is None else layer["qkv_bias"].float().contiguous()]
+            weights = {name: layer[name].packed for name in _LINEARS}
+            weights.update({name: layer[name].float().contiguous() for name in ("in_norm", "post_norm")})
+            weights["qkv_bias"] = None if layer["qkv_bias"] is None else layer["qkv_bias"].float().contiguous()
+            tensors = [weights[name] for name in q8.LAYER_WEIGHTS]
             self._keep.append(tensors)
-            self.ptrs.append((ctypes.c_void_p * 7)(*[None if t is None else t.data_ptr() for t in tensors]))
+            self.ptrs.append((ctypes.c_void_p * len(tensors))(*[None if t is None else t.data_ptr() for t in tensors]))
         self._scratch = torch.empty(0)
+        self._layers = len(layers)
+        self._shape = (c.hidden_size, c.num_kv_heads, capacity, c.head_dim)  # H, nkv, capacity, hd
         self._stride = c.num_kv_heads * capacity * c.head_dim  # floats per layer in the KV cache
 
     def run(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor, mask: torch.Tensor | None) -> None:
         """All layers over ``x`` ``[n, H]`` (float32, contiguous; updated in place); ``k``/``v``
         the cache ``[layers, nkv, capacity, hd]`` (written at ``start .. start+n-1``); ``cos``/
-        ``sin`` ``[n, hd]``; ``mask`` ``[n, n]`` uint8 or None (causal)."""
+        ``sin`` ``[n, hd]``; ``mask`` ``[n, n]`` uint8 or None (causal). TypeError / ValueError
+        naming the tensor when a dtype, shape or the range ``start .. start+n-1`` does not fit."""
+        H, nkv, cap, hd = self._shape
+        if x.dim() != 2:
+            raise ValueError(f"x: expected a tensor of shape [n, {H}], got shape {list(x.shape)}")
         n = x.shape[0]
+        _check("x", x, (n, H), torch.float32)
+        if start < 0 or start + n > cap:
+            raise ValueError(f"rows {start} .. {start + n - 1} do not fit the KV cache of {cap} positions")
+        _check("k cache", k, (self._layers, nkv, cap, hd), torch.float32)
+        _check("v cache", v, (self._layers, nkv, cap, hd), torch.float32)
+        cos, sin = cos.contiguous(), sin.contiguous()
+        _check("cos", cos, (n, hd), torch.float32)
+        _check("sin", sin, (n, hd), torch.float32)
+        if mask is not None:
+            _check("mask", mask, (n, n), torch.uint8)
         if mask is None and n > self.chunk:  # causal: chunk i sees chunks < i through the cache
             for i in range(0, n, self.chunk):
                 j = min(i + self.chunk, n)
@@ -76,8 +137,6 @@ class FusedLayers:
         need = int(self.kernel.lib.q8_layer_scratch(self.dims, n))
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need, dtype=torch.float32)
-        assert k.is_contiguous() and v.is_contiguous() and k.dtype == torch.float32
-        cos, sin = cos.contiguous(), sin.contiguous()
         mptr = None if mask is None else mask.data_ptr()
         kb, vb, step = k.data_ptr(), v.data_ptr(), self._stride * 4
         lib = self.kernel.lib

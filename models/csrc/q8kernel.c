@@ -18,6 +18,8 @@
  * is at most 2 * 127 * 127 = 32258 and never saturates int16.
  *
  * Threads: OpenMP, sharing torch's pool (see q8_linear); the output channels are split.
+ *
+ * Exported C ABI (prototypes, version, the signature text the loader checks): kernel_abi.h.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,10 +30,12 @@
 #else
 static int omp_get_num_threads(void) { return 1; }
 static int omp_get_thread_num(void) { return 0; }
+static int omp_get_max_threads(void) { return 1; }
 #endif
 #include <stdint.h>
 
 #include "avx2.h"
+#include "kernel_abi.h"
 
 #define QK 32
 #ifndef OCHUNK
@@ -195,6 +199,28 @@ static void gemm_part(const uint8_t *w, int64_t k, const int8_t *xq, const float
 /* threads: OpenMP. torch's CPU build ships libgomp with the same soname, so once torch is      */
 /* loaded this library joins torch's thread pool instead of starting a second one (two pools on */
 /* two cores would take turns spinning on each other's cores); torch.set_num_threads applies.   */
+/* The loader checks that sharing (specd_kernel_omp_entry); where the runtime is not torch's it  */
+/* fixes this library's team size once (specd_kernel_set_threads).                              */
+
+static int team_threads; /* 0: OpenMP's own count (torch's, when the runtime is shared) */
+
+/* the team size of every parallel region in the kernels: the count set by
+ * specd_kernel_set_threads, else omp_get_max_threads() (what a region without a num_threads
+ * clause would get) */
+int specd_team_size(void) { return team_threads > 0 ? team_threads : omp_get_max_threads(); }
+
+/* fixes the team size of the kernels' parallel regions at n threads (0: OpenMP's own count) */
+void specd_kernel_set_threads(int n) { team_threads = n > 0 ? n : 0; }
+
+/* the omp_get_max_threads this library is bound to, which identifies its OpenMP runtime (the
+ * loader compares it with torch's); NULL when built without OpenMP */
+void *specd_kernel_omp_entry(void) {
+#ifdef _OPENMP
+    return (void *)&omp_get_max_threads;
+#else
+    return NULL;
+#endif
+}
 
 static int64_t split(int64_t total, int parts, int i, int64_t align) {
     int64_t units = (total + align - 1) / align;
@@ -209,7 +235,7 @@ void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
     const int64_t nb = k / QK;
     /* small calls stay on one thread: waking the pool costs more than it saves */
     const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel) num_threads(specd_team_size())
     {
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t r0 = split(n, t, tid, 1), r1 = split(n, t, tid + 1, 1);
@@ -333,7 +359,7 @@ void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
                int8_t *xq, float *xd, int32_t *xs) {
     const int64_t nb = k / QK;
     const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
-#pragma omp parallel if (parallel)
+#pragma omp parallel if (parallel) num_threads(specd_team_size())
     {
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t r0 = split(n, t, tid, 1), r1 = split(n, t, tid + 1, 1);
@@ -355,6 +381,9 @@ void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
 void q8_quantize(const float *x, int64_t n, int64_t k, int8_t *q, float *d) {
     for (int64_t r = 0; r < n; r++) quantize_row(x + r * k, k, q + r * k, d + r * (k / QK));
 }
+
+int specd_kernel_abi_version(void) { return SPECD_KERNEL_ABI_VERSION; }
+const char *specd_kernel_abi_signatures(void) { return SPECD_KERNEL_SIGNATURES; }
 
 /* an importable extension module with no Python-level functions: specd loads the C functions
  * above through ctypes */

@@ -24,17 +24,7 @@
 #include <string.h>
 
 #include "avx2.h"
-
-void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
-               int8_t *xq, float *xd);
-void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
-               int8_t *xq, float *xd, int32_t *xs);
-
-/* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8 | 4) */
-enum { D_H, D_NH, D_NKV, D_HD, D_I, D_CAP, D_BITS };
-/* weights[]: qkv, o, gate_up, down (packed: q8.pack or q8.pack4), in_norm, post_norm, qkv bias
- * (or NULL) */
-enum { W_QKV, W_O, W_GU, W_DOWN, W_IN_NORM, W_POST_NORM, W_QKV_BIAS };
+#include "kernel_abi.h" /* q8_linear, q4_linear, the dims[] / weights[] indices (D_*, W_*) */
 
 
 /* e^x, 8 lanes (Cephes' polynomial, as avx_mathfun): relative error ~1e-7; inputs clamped to
@@ -193,7 +183,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     }
 
     const float scale = 1.0f / sqrtf((float)hd);
-#pragma omp parallel
+#pragma omp parallel num_threads(specd_team_size())
     {
         /* per thread: the visible positions of one row, and GMAX heads' scores */
         const int64_t m8max = (start + n + 7) / 8 * 8;
