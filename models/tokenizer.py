@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
 
 from specd.models.errors import ModelError
+
+
+# What GGUF conversions (llama.cpp, transformers) name the embedding rows that have no token
+_PLACEHOLDER = re.compile(r"\[PAD\d+\]")
 
 
 class Tokenizer:
@@ -37,3 +42,8 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def real_token_ids(self) -> list[int]:
+        """Ids of real tokens: every id the tokenizer knows except ``[PADn]`` placeholders, which
+        stand for embedding rows no text maps to (a model may also have rows past the last id)."""
+        return sorted(i for tok, i in self.vocab().items() if not _PLACEHOLDER.fullmatch(tok))

@@ -165,6 +165,8 @@ BAD = [
      rpc.INVALID_PARAMS, 15),
     (b'{"jsonrpc": "2.0", "id": 16, "method": "complete", "params": {"prefix": "x", "stop": [""]}}',
      rpc.INVALID_PARAMS, 16),
+    (b'{"jsonrpc": "2.0", "id": 17, "method": "complete", "params": {"prefix": "x", "temperature": 1e308}}',
+     rpc.INVALID_PARAMS, 17),
     (b'{"jsonrpc": "2.0", "method": "complete", "params": {"prefix": "x"}}', rpc.INVALID_REQUEST, None),
     (b"x" * (1 << 20) + b"xx", rpc.PAYLOAD_TOO_LARGE, None),
 ]
@@ -183,6 +185,13 @@ def test_bad_input_gets_the_right_error_and_changes_nothing(daemon, cold, line, 
         assert c.call("health")["status"] == "ok"  # the same connection carries on
         deltas, done = read_until_terminal(other, 1)
     assert done["result"]["text"] == "".join(deltas) == cold(prefix=PREFIX, max_tokens=40)
+
+
+def test_an_underflowing_temperature_answers_as_greedy(daemon, cold) -> None:
+    """1e-38 is below float32's smallest normal: ``logits / T`` used to overflow into padding tokens."""
+    with daemon.client() as c:
+        got = c.call("complete", {"prefix": PREFIX, "max_tokens": 12, "temperature": 1e-38, "seed": 1})["text"]
+    assert got == cold(prefix=PREFIX, max_tokens=12)
 
 
 def test_invalid_params_name_the_field(daemon) -> None:

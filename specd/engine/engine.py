@@ -190,6 +190,9 @@ class Engine:
         self._policy: StructureK | None = None
         if config.k == "auto" and self._drafter is not None:
             self._policy = StructureK(self._costs(), make_classifier(tokenizer))
+        # the ids a completion may contain: the tokenizer's real tokens, not the padding rows
+        self._allowed = torch.zeros(target.vocab_size, dtype=torch.bool)
+        self._allowed[[i for i in tokenizer.real_token_ids() if i < target.vocab_size]] = True
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
 
@@ -222,7 +225,7 @@ class Engine:
     ) -> Completion:
         """Run one completion. ``on_delta`` receives text as it is verified; ``cancelled`` is
         polled between rounds and, when it returns True, the request ends with ``Cancelled``."""
-        params = request.validate(self.config.max_len)
+        params = dataclasses.replace(request.validate(self.config.max_len), allowed=self._allowed)
         prompt = self.prompts.build(request.prefix, request.suffix, request.context)
         if len(prompt) + request.max_tokens > self.config.max_len:
             raise RequestError(

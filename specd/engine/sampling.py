@@ -21,22 +21,34 @@ A deterministic drafter (n-gram lookup) has ``q_i`` one-hot on its proposal: the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
+
+# Temperatures below this are greedy: the warped distribution is already one-hot on the argmax in
+# float32, and smaller ones would overflow ``logits / T``.
+GREEDY_BELOW = 1e-4
+# Above this the warped distribution is uniform over the vocabulary to float32 precision: such a
+# request is refused rather than answered with noise.
+MAX_TEMPERATURE = 100.0
 
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How tokens are chosen. ``temperature == 0`` is greedy."""
+    """How tokens are chosen. ``temperature`` 0 (or below :data:`GREEDY_BELOW`) is greedy.
+
+    ``allowed``: a boolean row ``[V]`` of the token ids that may be produced (the tokenizer's real
+    tokens, not the embedding's padding rows); None allows every row. Draft and target are
+    restricted alike, so the output follows the target's distribution over the allowed ids."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
+    allowed: torch.Tensor | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0.0 and self.temperature < float("inf")):
-            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0.0 <= self.temperature <= MAX_TEMPERATURE:
+            raise ValueError(f"temperature must be in [0, {MAX_TEMPERATURE:g}] (0 = greedy), got {self.temperature}")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -44,15 +56,30 @@ class SamplingParams:
 
     @property
     def greedy(self) -> bool:
-        return self.temperature == 0.0
+        return self.temperature < GREEDY_BELOW
+
+
+def restrict(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """Logits ``[..., V]`` with the ids outside ``params.allowed`` at ``-inf`` (unchanged when all
+    are allowed). A model may have more rows than the allowed row covers: those are outside."""
+    allowed = params.allowed
+    if allowed is None:
+        return logits
+    v = logits.shape[-1]
+    keep = allowed[:v] if allowed.numel() >= v else torch.cat([allowed, allowed.new_zeros(v - allowed.numel())])
+    return logits.masked_fill(~keep, float("-inf"))
 
 
 def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Logits ``[..., V]`` → probabilities ``[..., V]`` after temperature, top-k and top-p.
+    """Logits ``[..., V]`` → probabilities ``[..., V]`` after the allowed ids, temperature, top-k
+    and top-p.
 
     Applied identically to draft and target, so the output follows the warped target distribution.
+    The temperature divides logits shifted so their maximum is 0, which cannot overflow.
     """
-    logits = logits.float() / params.temperature if params.temperature > 0 else logits.float()
+    logits = restrict(logits.float(), params)
+    if params.temperature > 0:
+        logits = (logits - logits.max(dim=-1, keepdim=True).values) / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:
         kth = torch.topk(logits, params.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))

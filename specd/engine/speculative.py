@@ -22,6 +22,7 @@ from specd.engine.drafters import Drafter, KeepDrafting, Proposal
 from specd.engine.sampling import (
     SamplingParams,
     Verdict,
+    restrict,
     sample,
     verify_greedy,
     verify_stochastic,
@@ -164,7 +165,7 @@ def generate(
 def _target_step(
     target: CausalLM, seq: list[int], params: SamplingParams, generator: torch.Generator | None
 ) -> Verdict:
-    logits = target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1]  # [V]
+    logits = restrict(target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1], params)  # [V]
     if params.greedy:
         return Verdict(0, int(torch.argmax(logits)))
     return Verdict(0, sample(warp(logits, params), generator))
@@ -189,7 +190,7 @@ def _speculative_round(
     drafts = proposal.tokens  # [k]
     k = int(drafts.numel())
     n = len(seq)
-    logits = target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts]))  # [k+1, V]
+    logits = restrict(target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts])), params)  # [k+1, V]
     if params.greedy:
         verdict = verify_greedy(logits, drafts)
     else:
@@ -220,7 +221,7 @@ def _tree_round(
     t = int(tokens.numel())
     positions = (n - 1) + torch.tensor([0] + tree.depths(parents))  # [T+1]
     feed = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])  # [T+1]
-    logits = target.forward(feed, positions, tree.attention_mask(parents))  # [T+1, V]
+    logits = restrict(target.forward(feed, positions, tree.attention_mask(parents)), params)  # [T+1, V]
     if params.greedy:
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
