@@ -22,6 +22,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-tokens", type=int, default=64, help="longest suggestion, in tokens")
     p.add_argument("--no-repo-context", dest="repo_context", action="store_false",
                    help="do not send recently edited open documents as context")
+    p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
+                   help="largest message body read; larger ones are skipped (default: 64 MiB)")
     p.add_argument("--log-file", type=Path, help="write the server's log here (default: stderr)")
     p.add_argument("--verbose", action="store_true")
     _add_engine_flags(p)
@@ -70,6 +72,7 @@ def make_backend(args: argparse.Namespace, log: Any):
 
 
 def cmd_lsp(args: argparse.Namespace) -> int:
+    from specd.lsp.framing import MAX_MESSAGE_BYTES
     from specd.lsp.server import build_server
     from specd.lsp.settings import LspSettings
 
@@ -79,10 +82,12 @@ def cmd_lsp(args: argparse.Namespace) -> int:
     logging.getLogger("specd.lsp").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     if args.max_tokens < 1:
         raise SystemExit("specd: error: --max-tokens must be at least 1")
+    if args.max_message_bytes is not None and args.max_message_bytes < 1:
+        raise SystemExit("specd: error: --max-message-bytes must be at least 1")
     settings = LspSettings(max_tokens=args.max_tokens, repo_context=args.repo_context)
     holder: list[Any] = []
     backend = make_backend(args, lambda m: holder[0].log_info(m) if holder else None)
-    server = build_server(backend, settings)
+    server = build_server(backend, settings, args.max_message_bytes or MAX_MESSAGE_BYTES)
     holder.append(server)
     if args.tcp is not None:
         server.start_tcp("127.0.0.1", args.tcp)

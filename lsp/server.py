@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+import sys
+from threading import Event
+from typing import Any, BinaryIO
 
 from lsprotocol import types
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 
 from specd.lsp.backend import Backend, BackendUnavailable
 from specd.lsp.documents import DocumentState
+from specd.lsp.framing import MAX_MESSAGE_BYTES, FrameReader, serve_frames
 from specd.lsp.positions import ENCODINGS, UTF16
 from specd.lsp.protocol import SpecdProtocol
 from specd.lsp.service import CompletionService, Suggestion
@@ -46,10 +50,28 @@ class WorkspaceDocuments:
 
 
 class SpecdLanguageServer(LanguageServer):
-    def __init__(self, backend: Backend, settings: LspSettings) -> None:
+    def __init__(self, backend: Backend, settings: LspSettings, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         super().__init__("specd", "0.1.0", protocol_cls=SpecdProtocol)
+        self.max_message_bytes = max_message_bytes
         self.service = CompletionService(backend, WorkspaceDocuments(self), settings, self.log_warning, self.log_debug)
         self._background: set[asyncio.Task[Any]] = set()
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """Serves over stdio as pygls does, but reads frames with :class:`~specd.lsp.framing.FrameReader`:
+        malformed frames and messages over ``max_message_bytes`` are skipped and logged, and the
+        server goes on from the next ``Content-Length`` header."""
+        self._stop_event = Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        reader = FrameReader(stdin or sys.stdin.buffer, self.max_message_bytes, log)
+        try:
+            asyncio.run(serve_frames(self._stop_event, reader, self.protocol, self.thread_pool,
+                                     self.report_server_error, log))
+        except BrokenPipeError:
+            log.error("the connection to the client is lost; shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
 
     def log_message(self, kind: types.MessageType, message: str) -> None:
         log.log({types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(
@@ -85,8 +107,9 @@ class SpecdLanguageServer(LanguageServer):
             self.log_message(types.MessageType.Warning, f"not ready: {e}")
 
 
-def build_server(backend: Backend, settings: LspSettings = LspSettings()) -> SpecdLanguageServer:
-    server = SpecdLanguageServer(backend, settings)
+def build_server(backend: Backend, settings: LspSettings = LspSettings(),
+                 max_message_bytes: int = MAX_MESSAGE_BYTES) -> SpecdLanguageServer:
+    server = SpecdLanguageServer(backend, settings, max_message_bytes)
 
     @server.feature(types.INITIALIZE)
     def initialize(ls: SpecdLanguageServer, params: types.InitializeParams) -> None:
