@@ -50,3 +50,11 @@ def test_cli_complete_same_text_in_both_modes(tmp_path) -> None:
         assert key in stats
     assert stats["mode"] == "spec" and outs["target"]["stats"]["mode"] == "target"
     assert stats["mean_accepted_len"] == pytest.approx(1 + stats["accepted"] / stats["rounds"], abs=1e-3)
+
+
+def test_an_empty_suffix_gets_code_not_chat(real_engine) -> None:
+    """At the end of a file the instruct models finish the function, then write a closing fence
+    and prose about the code: the completion ends before the fence."""
+    c = real_engine.complete(CompletionRequest("def fibonacci(n):\n    ", "", max_tokens=96))
+    assert "```" not in c.text and "In this code" not in c.text, c.text
+    assert "return" in c.text

@@ -54,13 +54,13 @@ def test_no_suffix_no_guard() -> None:
 def test_stream_never_sends_the_repeated_line() -> None:
     """Through the engine's text stream (the piece ``Engine.complete`` uses): token by token, the
     deltas add up to the cut text, and the repeated line is never sent."""
-    from specd.engine.engine import _TextStream
+    from specd.engine.textstream import TextStream
     from tests.tiny import tiny_tokenizer
 
     tok = tiny_tokenizer()
     suffix = "\n    return total\n"
     deltas: list[str] = []
-    stream = _TextStream(tok, (), deltas.append, SuffixGuard(suffix))
+    stream = TextStream(tok, (), deltas.append, (SuffixGuard(suffix),))
     ids = tok.encode("    total += x\n    return total\n    print(1)\n")
     stopped_at = None
     for n in range(1, len(ids) + 1):

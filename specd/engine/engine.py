@@ -23,7 +23,9 @@ from specd.engine.policy import CostModel, StructureK, cached_costs
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
 from specd.engine.structure import make_classifier
+from specd.engine.endofcode import CodeEnd
 from specd.engine.suffix import SuffixGuard
+from specd.engine.textstream import TextStream
 from specd.engine.speculative import GenerationStats, generate
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
@@ -243,7 +245,8 @@ class Engine:
         speculate = request.mode == "spec" and self._drafter is not None
         base = self._drafter if request.tree is None else self._drafters[request.tree]
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
-        stream = _TextStream(self.tokenizer, request.stop, on_delta, SuffixGuard(request.suffix))
+        stream = TextStream(self.tokenizer, request.stop, on_delta,
+                            (SuffixGuard(request.suffix), CodeEnd(request.prefix)))
 
         def on_round(tokens: list[int]) -> bool:
             if cancelled is not None and cancelled():
@@ -337,50 +340,6 @@ def _covering(tokenizer: Tokenizer, tokens: list[int], text: str) -> list[int]:
         if len(tokenizer.decode(tokens[:m])) >= len(text):
             return tokens[:m]
     return tokens
-
-
-class _TextStream:
-    """Decodes tokens incrementally: applies stop strings, emits text deltas, holds back an
-    incomplete UTF-8 sequence (decoded as U+FFFD) until it completes."""
-
-    def __init__(self, tokenizer: Tokenizer, stop: tuple[str, ...], on_delta: Callable[[str], None] | None,
-                 suffix: SuffixGuard | None = None) -> None:
-        self.tokenizer = tokenizer
-        self.stop = stop
-        self.on_delta = on_delta
-        self.suffix = suffix if suffix is not None and suffix.active else None
-        self.sent = 0
-        self.stopped_text: str | None = None
-
-    def _cut(self, text: str, final: bool = False) -> tuple[str, bool]:
-        hits = [i for s in self.stop if (i := text.find(s)) >= 0]
-        if self.suffix is not None and (i := self.suffix.cut(text, final)) is not None:
-            hits.append(i)
-        return (text[: min(hits)], True) if hits else (text, False)
-
-    def update(self, tokens: list[int]) -> bool:
-        text, hit = self._cut(self.tokenizer.decode(tokens))
-        if hit:
-            self.stopped_text = text
-        else:
-            safe = len(text)
-            if self.stop:  # hold back a possible partial stop string
-                safe -= max(len(s) for s in self.stop) - 1
-            if self.suffix is not None and self.suffix.may_grow_into_match(text):
-                safe = min(safe, text.rindex("\n"))  # ... or a line that may repeat the suffix
-            text = text[: max(safe, self.sent)].rstrip("\ufffd")
-        self._emit(text)
-        return hit
-
-    def _emit(self, text: str) -> None:
-        if self.on_delta is not None and len(text) > self.sent and text.startswith(text[: self.sent]):
-            self.on_delta(text[self.sent :])
-        self.sent = max(self.sent, len(text))
-
-    def finish(self, tokens: list[int]) -> str:
-        text = self.stopped_text if self.stopped_text is not None else self._cut(self.tokenizer.decode(tokens), True)[0]
-        self._emit(text)
-        return text
 
 
 def _runtime_tag(model: object) -> str:
