@@ -55,11 +55,11 @@ def socket_path(args: argparse.Namespace) -> Path:
 def make_backend(args: argparse.Namespace, log: Any):
     if args.in_process:
         from specd.cli import _engine_config
-        from specd.engine.engine import Engine
+        from specd.app import build_engine
         from specd.lsp.inprocess import InProcessBackend
 
         config = _engine_config(args)  # config errors surface now, before the editor waits
-        return InProcessBackend(lambda: Engine.load(config))
+        return InProcessBackend(lambda: build_engine(config))
     from specd.lsp.autostart import DaemonSpawner
     from specd.lsp.daemon_backend import DaemonBackend
 

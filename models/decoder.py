@@ -137,6 +137,11 @@ class Decoder(CacheOwner):
     def max_len(self) -> int:
         return self.cache.capacity
 
+    def describe(self) -> str:
+        """The runtime and its linear layers' kernel, ``:fused`` when the layers run in C."""
+        fused = ":fused" if self.fused is not None else ""
+        return f"{type(self).__name__}:{type(self.layers[0]['qkv']).__name__}{fused}"
+
     def weight_bytes(self) -> dict[str, int]:
         """Resident weight bytes by kind: embedding, head, linear layers, norms and biases."""
         linears = sum(layer[n].nbytes() for layer in self.layers for n in ("qkv", "o", "gate_up", "down"))

@@ -89,3 +89,11 @@ class CacheOwner:
 
     def common_prefix(self, tokens: torch.Tensor) -> int:
         return self.cache.common_prefix(tokens)
+
+    def weight_bytes(self) -> dict[str, int]:
+        """Resident weight bytes by kind (runtimes override)."""
+        return {}
+
+    def resident_bytes(self) -> dict[str, int]:
+        """Bytes held resident: ``weights`` (all kinds) and ``kv_cache``."""
+        return {"weights": int(sum(self.weight_bytes().values())), "kv_cache": int(self.cache.nbytes())}

@@ -150,6 +150,10 @@ class OrtDecoder(CacheOwner):
     def row_attention(self, value: bool) -> None:
         self.batch_invariant = bool(value)
 
+    def describe(self) -> str:
+        """The runtime and its graph's quantization mode."""
+        return f"{type(self).__name__}:{self.mode}"
+
     def weight_bytes(self) -> dict[str, int]:
         return dict(self._weight_bytes)
 

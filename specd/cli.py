@@ -79,7 +79,8 @@ def _read_text(text: str | None, path: Path | None, name: str) -> str:
 
 
 def cmd_complete(args: argparse.Namespace) -> int:
-    from specd.engine.engine import CompletionRequest, Engine
+    from specd.app import build_engine
+    from specd.engine.engine import CompletionRequest
 
     prefix = _read_text(args.prefix, args.prefix_file, "prefix")
     suffix = _read_text(args.suffix, args.suffix_file, "suffix")
@@ -94,7 +95,7 @@ def cmd_complete(args: argparse.Namespace) -> int:
     request.validate(config.max_len)  # fail on bad input before loading models
     out = _complete_via_daemon(args, request, config)
     if out is None:
-        completion = Engine.load(config).complete(request)
+        completion = build_engine(config).complete(request)
         out = {"text": completion.text, "stats": completion.stats.as_dict()}
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
@@ -137,11 +138,11 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
 
 def cmd_models_info(args: argparse.Namespace) -> int:
     """Load the configured pair and report resident bytes: weights by kind, KV cache, RSS."""
-    from specd.engine.engine import Engine
+    from specd.app import build_engine
     from specd.models.memory import rss_bytes
 
     config = _engine_config(args)
-    engine = Engine.load(config)
+    engine = build_engine(config)
     report = {"rss_bytes": rss_bytes(), "models": {}}
     for role, model, quant, name in (("target", engine.target, config.target_quant, config.target),
                                      ("draft", engine.draft, config.draft_quant, config.draft)):

@@ -15,6 +15,7 @@ def real_engine():
     """The default pair, loaded once per test session (pulled by `specd models pull`)."""
     if not _real_pair_present():
         pytest.skip("the default pair is not pulled: run `specd models pull` (the README's test command does)")
-    from specd.engine.engine import Engine, EngineConfig
+    from specd.app import build_engine
+    from specd.engine.engine import EngineConfig
 
-    return Engine.load(EngineConfig())
+    return build_engine(EngineConfig())

@@ -9,7 +9,8 @@ import threading
 import pytest
 
 from specd.daemon import protocol as rpc
-from specd.engine.engine import CompletionRequest, Engine, EngineConfig
+from specd.app import build_engine
+from specd.engine.engine import CompletionRequest, EngineConfig
 from tests.daemon_harness import (LONG_PREFIX, LONG_TOKENS, Daemon, first_delta, read_until_terminal,
                                   send, short_dir, tiny_pair, wait_for)
 
@@ -36,14 +37,14 @@ def cold(models):
 
     target, draft = models
     threads = torch.get_num_threads()
-    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), max_len=4096, threads=1, k=4))  # as ENGINE_FLAGS
+    engine = build_engine(EngineConfig(target=str(target), draft=str(draft), max_len=4096, threads=1, k=4))  # as ENGINE_FLAGS
 
     def run(**kw) -> str:
         engine.reset()
         return engine.complete(CompletionRequest(**kw)).text
 
     yield run
-    torch.set_num_threads(threads)  # Engine.load set it process-wide
+    torch.set_num_threads(threads)  # build_engine set it process-wide
 
 
 def test_health_and_stats(daemon) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specd.engine.engine import CompletionRequest, Engine, EngineConfig
+from specd.app import build_engine
+from specd.engine.engine import CompletionRequest, EngineConfig
 from specd.models.errors import ModelError
 from specd.models.loader import load_model
 from tests.tiny import save_tiny_model
@@ -13,7 +14,7 @@ from tests.tiny import save_tiny_model
 def test_engine_loads_hf_directories(tmp_path) -> None:
     target = save_tiny_model(tmp_path / "target", seed=0)
     draft = save_tiny_model(tmp_path / "draft", seed=1)
-    engine = Engine.load(EngineConfig(target=str(target), draft=str(draft), max_len=256))
+    engine = build_engine(EngineConfig(target=str(target), draft=str(draft), max_len=256))
     spec = engine.complete(CompletionRequest("def f(x):\n", max_tokens=12))
     target_only = engine.complete(CompletionRequest("def f(x):\n", max_tokens=12, mode="target"))
     assert spec.tokens == target_only.tokens and len(spec.tokens) == 12

@@ -11,6 +11,7 @@ import torch
 pytest.importorskip("onnx", reason="the ort backend needs the onnx package: pip install 'specd[ort]'")
 pytest.importorskip("onnxruntime", reason="the ort backend needs onnxruntime")
 
+from specd.app import build_engine  # noqa: E402
 from specd.engine.engine import CompletionRequest, Engine, EngineConfig  # noqa: E402
 from specd.models.decoder import Decoder  # noqa: E402
 from specd.models.errors import ModelError  # noqa: E402
@@ -202,7 +203,7 @@ def _ort_engine(target_mode: str, draft: str, k: int) -> Engine:
         dw = tiny_weights(config, 1)
         dw["lm_head.weight"][256:TINY_VOCAB] *= 0.01
         draft_lm = ort_model("int4", config=config, weights=dw, max_len=512)
-        draft_lm.row_attention = False  # as Engine.load does for drafts
+        draft_lm.row_attention = False  # as specd.app.build_engine does for drafts
     else:
         draft_lm = tiny_decoder(seed=1, dtype=torch.float32, vocab=TINY_VOCAB, hidden=64, max_len=512)
     tok = tiny_tokenizer()
@@ -229,7 +230,7 @@ def test_engine_loads_the_ort_backend(tmp_path) -> None:
     t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
     config = EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
                           target_backend="ort", draft_backend="ort", max_len=256, threads=2)
-    engine = Engine.load(config)
+    engine = build_engine(config)
     assert isinstance(engine.target, OrtDecoder) and isinstance(engine.draft, OrtDecoder)
     spec = engine.complete(CompletionRequest("def f(x):\n", max_tokens=12))
     target = engine.complete(CompletionRequest("def f(x):\n", max_tokens=12, mode="target"))

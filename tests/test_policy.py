@@ -132,15 +132,16 @@ def test_structure_k_keeps_greedy_output() -> None:
 def test_cost_cache_is_keyed_by_the_runtime_that_runs(tmp_path, monkeypatch) -> None:
     """The same configuration names on another runtime (``auto`` resolving to torch or ONNX
     Runtime) must not reuse the other's measured curve."""
-    from specd.engine.engine import Engine, EngineConfig
+    from specd.app import build_engine, costs_path
+    from specd.engine.engine import EngineConfig
     from tests.tiny import save_tiny_model
 
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
     t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
-    engines = [Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
+    engines = [build_engine(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
                                         max_len=256, target_backend=b, draft_backend="torch"))
                for b in ("torch", "ort")]
-    paths = {e._costs_path(e.draft) for e in engines}
+    paths = {costs_path(e.config, e.target, e.draft) for e in engines}
     assert len(paths) == 2
 
 

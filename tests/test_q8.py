@@ -90,11 +90,12 @@ def test_bad_shapes_are_clear_errors() -> None:
 def test_greedy_speculative_matches_target_with_q8_target(tmp_path) -> None:
     """The contract on the kernel: a tiny INT8 target on the torch runtime (every linear, head
     included, on Q8Linear), greedy speculative output equal to greedy target-only output."""
-    from specd.engine.engine import CompletionRequest, Engine, EngineConfig
+    from specd.app import build_engine
+    from specd.engine.engine import CompletionRequest, EngineConfig
     from tests.tiny import save_tiny_model
 
     t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
-    engine = Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
+    engine = build_engine(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
                                       max_len=256, k=4, target_backend="torch", draft_backend="torch"))
     target = engine.target
     assert all(isinstance(layer[n], q8.Q8Linear) for layer in target.layers for n in ("qkv", "o", "gate_up", "down"))

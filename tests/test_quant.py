@@ -130,11 +130,12 @@ def test_cuda_paths() -> None:
     ("int8", "int4", "auto"),  # the defaults (specd's INT8 kernel where it runs, else ONNX Runtime)
 ])
 def test_greedy_matches_target_with_quantized_target(tmp_path, target_quant, draft_quant, backend) -> None:
-    from specd.engine.engine import CompletionRequest, Engine, EngineConfig
+    from specd.app import build_engine
+    from specd.engine.engine import CompletionRequest, EngineConfig
     from tests.tiny import save_tiny_model
 
     t, d = save_tiny_model(tmp_path / "t", seed=0), save_tiny_model(tmp_path / "d", seed=1)
-    engine = Engine.load(EngineConfig(target=str(t), draft=str(d), target_quant=target_quant,
+    engine = build_engine(EngineConfig(target=str(t), draft=str(d), target_quant=target_quant,
                                       draft_quant=draft_quant, max_len=256, k=4,
                                       target_backend=backend, draft_backend=backend))
     for k in (2, 5):

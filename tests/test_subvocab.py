@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from specd.engine.engine import CompletionRequest, Engine, EngineConfig
+from specd.app import build_engine
+from specd.engine.engine import CompletionRequest, EngineConfig
 from specd.models import subvocab
 from specd.models.loader import load_model
 from tests.tiny import save_tiny_model, tiny_tokenizer
@@ -44,7 +45,7 @@ def test_greedy_and_sampling_with_subvocab_draft(tmp_path) -> None:
     src = tmp_path / "code.py"
     src.write_text("for i in range(10):\n    print(i)\n" * 20)
     subvocab.build(d, tiny_tokenizer(), [src])
-    engine = Engine.load(EngineConfig(target=str(t), draft=str(d), max_len=256, draft_head_vocab=24))
+    engine = build_engine(EngineConfig(target=str(t), draft=str(d), max_len=256, draft_head_vocab=24))
     spec = engine.complete(CompletionRequest("for i in ", max_tokens=24, k=3))
     plain = engine.complete(CompletionRequest("for i in ", max_tokens=24, mode="target"))
     assert spec.tokens == plain.tokens

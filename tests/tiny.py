@@ -94,7 +94,13 @@ def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, **
             model.lm_head.weight[256:TINY_VOCAB] *= 0.01
     tok = tiny_tokenizer()
     config_kw.setdefault("max_len", 512)
-    return Engine(target, tok, draft, tok, EngineConfig(k=k, **config_kw))
+    config = EngineConfig(k=k, **config_kw)
+    costs = None
+    if k == "auto":  # as the composition root does: measured once, cached per machine and pair
+        from specd.app import step_costs
+
+        costs = step_costs(config, target, draft)
+    return Engine(target, tok, draft, tok, config, costs=costs)
 
 
 def save_tiny_model(directory, seed: int = 0, hidden: int = 64, layers: int = 2):

@@ -20,6 +20,7 @@ from specd.bench.runner import Runner, SpecdRunner
 from specd.bench.stats import per_task, summarize
 from specd.bench.tasks import Task
 from specd.bench.verify_curve import SIZES, verify_curve
+from specd.app import build_engine
 from specd.engine.engine import CompletionRequest, Engine, EngineConfig
 
 
@@ -119,7 +120,7 @@ def run_bench(config: BenchConfig) -> dict:
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     load_start = _loadavg()
     note(f"loading target {config.engine.target} and draft {config.engine.draft}")
-    engine = Engine.load(config.engine)
+    engine = build_engine(config.engine)
     prompts = {t.id: engine.prompts.build(t.prefix, t.suffix) for t in config.tasks}
     longest = max(len(p) for p in prompts.values())
     if longest + config.max_tokens > config.engine.max_len:

@@ -51,7 +51,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from specd.cli import _engine_config
     from specd.daemon.listener import Listener, ListenerError
     from specd.daemon.server import Server, log
-    from specd.engine.engine import Engine
+    from specd.app import build_engine
 
     config = _daemon_config(args)
     engine_config = _engine_config(args, k=args.k)
@@ -63,7 +63,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         log(f"loading {engine_config.target} (draft {engine_config.draft})")
-        engine = Engine.load(engine_config)
+        engine = build_engine(engine_config)
         server = Server(engine, config, listener)
         return _run_on_event_loop(server.serve)
     finally:

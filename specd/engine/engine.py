@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import threading
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -19,7 +18,7 @@ import torch
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.ngram import HybridDrafter, NgramDrafter
-from specd.engine.policy import CostModel, StructureK, cached_costs
+from specd.engine.policy import CostModel, StructureK
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
 from specd.engine.structure import make_classifier
@@ -169,7 +168,10 @@ class Engine:
         draft: CausalLM | None = None,
         draft_tokenizer: Tokenizer | None = None,
         config: EngineConfig = EngineConfig(),
+        costs: CostModel | None = None,
     ) -> None:
+        """``costs``: the measured step costs ``k="auto"`` chooses K from (``specd.app`` measures
+        or reads them); required when K is auto and there is a drafter."""
         if draft is not None:
             check_vocabularies(tokenizer, draft_tokenizer or tokenizer, target, draft)
         self.target = target
@@ -191,33 +193,15 @@ class Engine:
         self._drafter = self._drafters[config.tree == "on"]
         self._policy: StructureK | None = None
         if config.k == "auto" and self._drafter is not None:
-            self._policy = StructureK(self._costs(), make_classifier(tokenizer))
+            if costs is None:
+                raise ValueError("k='auto' needs the measured step costs: build the engine with "
+                                 "specd.app.build_engine, or pass costs")
+            self._policy = StructureK(costs, make_classifier(tokenizer))
         # the ids a completion may contain: the tokenizer's real tokens, not the padding rows
         self._allowed = torch.zeros(target.vocab_size, dtype=torch.bool)
         self._allowed[[i for i in tokenizer.real_token_ids() if i < target.vocab_size]] = True
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
-
-    @classmethod
-    def load(cls, config: EngineConfig = EngineConfig()) -> "Engine":
-        from specd.models.loader import load_model
-
-        if config.threads > 0:
-            torch.set_num_threads(config.threads)
-        target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
-                            backend=config.target_backend, threads=config.threads)
-        draft = None
-        if config.draft and config.drafter != "ngram":
-            draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
-                               device=config.device, head_vocab=config.draft_head_vocab,
-                               backend=config.draft_backend, threads=config.threads)
-            if hasattr(draft.model, "row_attention"):
-                # only the target's numbers define the output: the draft may batch its attention
-                draft.model.row_attention = False
-        return cls(
-            target.model, target.tokenizer,
-            draft.model if draft else None, draft.tokenizer if draft else None, config,
-        )
 
     def complete(
         self,
@@ -281,28 +265,6 @@ class Engine:
         proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
         return Completion(text, tokens, stats, proposed)
 
-    def _costs(self) -> CostModel:
-        """Measured step costs for the K policy, cached per machine, model pair and runtime."""
-        draft_model = self.draft if self.config.drafter != "ngram" else None
-        cost = cached_costs(self._costs_path(draft_model), self.target, draft_model)
-        if draft_model is None:  # n-gram drafts are free
-            cost = CostModel(0.0, cost.verify_ms)
-        return cost
-
-    def _costs_path(self, draft_model: CausalLM | None) -> Path:
-        import hashlib
-        import platform
-
-        from specd.models.registry import cache_root
-
-        # keyed by what actually runs (runtime and kernel), not by the configured names: "auto"
-        # resolves differently as runtimes are added, and a stale curve misleads the K policy
-        runtimes = (_runtime_tag(self.target), _runtime_tag(draft_model) if draft_model is not None else "-")
-        key = "|".join(map(str, ("costs-v3", self.config.target, self.config.target_quant, self.config.draft,
-                                 self.config.draft_quant, self.config.draft_head_vocab, self.config.drafter,
-                                 platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes)))
-        return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
-
     def reset(self) -> None:
         """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""
         with self._lock:
@@ -324,13 +286,10 @@ class Engine:
         """Resident bytes: model weights and KV caches (runtimes that cannot tell report 0)."""
         out = {}
         for role, model in (("target", self.target), ("draft", self.draft)):
-            if model is None:
-                continue
-            weights = getattr(model, "weight_bytes", None)
-            cache = getattr(model, "cache", None)
-            by_kind = weights() if callable(weights) else {}
-            out[f"{role}_weight_bytes"] = int(sum(by_kind.values()))
-            out[f"{role}_kv_cache_bytes"] = int(cache.nbytes()) if cache is not None else 0
+            if model is not None:
+                resident = model.resident_bytes()
+                out[f"{role}_weight_bytes"] = int(resident.get("weights", 0))
+                out[f"{role}_kv_cache_bytes"] = int(resident.get("kv_cache", 0))
         return out
 
 
@@ -340,13 +299,3 @@ def _covering(tokenizer: Tokenizer, tokens: list[int], text: str) -> list[int]:
         if len(tokenizer.decode(tokens[:m])) >= len(text):
             return tokens[:m]
     return tokens
-
-
-def _runtime_tag(model: object) -> str:
-    """What runs a model: its runtime class and, for the torch decoder, its linear layers' kernel
-    and whether its layers run fused in C (for ONNX Runtime, its graph's mode)."""
-    layers = getattr(model, "layers", None)
-    if layers:
-        fused = ":fused" if getattr(model, "fused", None) is not None else ""
-        return f"{type(model).__name__}:{type(layers[0]['qkv']).__name__}{fused}"
-    return f"{type(model).__name__}:{getattr(model, 'mode', '')}"

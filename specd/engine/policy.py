@@ -19,7 +19,6 @@ import json
 import statistics
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
@@ -207,19 +206,3 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
     for m in models:
         m.rollback(0)
     return CostModel(draft_ms, tuple(verify))
-
-
-def cached_costs(path: Path, target: CausalLM, draft: CausalLM | None) -> CostModel:
-    """The cost model stored at ``path`` (per machine and model pair), measured once if absent."""
-    if path.exists():
-        try:
-            return CostModel.from_json(path.read_text())
-        except (ValueError, KeyError):
-            pass
-    cost = measure_costs(target, draft)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(cost.to_json())
-    except OSError:
-        pass
-    return cost

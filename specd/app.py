@@ -1,0 +1,83 @@
+"""The composition root: everything that wires specd together, in one place.
+
+Every face (the CLI, the daemon, the in-process LSP, the bench) gets its ``Engine`` from
+:func:`build_engine`. Here, and only here: torch's process-wide thread count is set, models are
+loaded, the draft is told it need not be batch-invariant, and the K policy's step costs are read
+from the cache directory or measured once and stored. The engine itself does no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+from pathlib import Path
+
+import torch
+
+from specd.engine.engine import Engine, EngineConfig
+from specd.engine.policy import CostModel, measure_costs
+from specd.models.loader import load_model
+from specd.models.protocol import CausalLM
+from specd.models.registry import cache_root
+
+COSTS_KEY_VERSION = "costs-v3"  # bump when what the cost curve measures changes
+
+
+def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
+    """Load the configured pair and hand back a ready engine (costs measured or read for K auto)."""
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
+                        backend=config.target_backend, threads=config.threads)
+    draft = None
+    if config.draft and config.drafter != "ngram":
+        draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
+                           device=config.device, head_vocab=config.draft_head_vocab,
+                           backend=config.draft_backend, threads=config.threads)
+        if hasattr(draft.model, "row_attention"):
+            # only the target's numbers define the output: the draft may batch its attention
+            draft.model.row_attention = False
+    draft_model = draft.model if draft else None
+    costs = None
+    if config.k == "auto" and (draft_model is not None or config.drafter != "model"):
+        costs = step_costs(config, target.model, draft_model)
+    return Engine(target.model, target.tokenizer, draft_model, draft.tokenizer if draft else None, config,
+                  costs=costs)
+
+
+def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -> CostModel:
+    """The K policy's measured step costs for this machine, pair and runtime: read from the cache
+    directory, else measured once and stored. N-gram drafts cost nothing."""
+    path = costs_path(config, target, draft)
+    cost = read_costs(path)
+    if cost is None:
+        cost = measure_costs(target, draft)
+        write_costs(path, cost)
+    if draft is None:
+        cost = CostModel(0.0, cost.verify_ms)
+    return cost
+
+
+def costs_path(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -> Path:
+    """Keyed by what actually runs (each model's ``describe()``), not by the configured names:
+    ``auto`` resolves differently as runtimes are added, and a stale curve misleads the policy."""
+    runtimes = (target.describe(), draft.describe() if draft is not None else "-")
+    key = "|".join(map(str, (COSTS_KEY_VERSION, config.target, config.target_quant, config.draft,
+                             config.draft_quant, config.draft_head_vocab, config.drafter,
+                             platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes)))
+    return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
+
+
+def read_costs(path: Path) -> CostModel | None:
+    try:
+        return CostModel.from_json(path.read_text())
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def write_costs(path: Path, cost: CostModel) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(cost.to_json())
+    except OSError:
+        pass  # a read-only cache directory: measure again next time
