@@ -26,22 +26,9 @@ import torch
 from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
 from specd.models.gpu import check_cuda_mode, cuda_linear_factory
+from specd.models.tiny import tiny_weights
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout: this script runs its CUDA tests
-
-
-def _tests_module(name: str):
-    """A helper module of the checkout's tests (``tests/<name>.py``), loaded from its file: the
-    installed ``specd`` package does not ship the tests, and sys.path is left alone."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"specd_checkout_tests_{name}", ROOT / "tests" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-tiny_weights = _tests_module("tiny").tiny_weights
 
 SHAPES = {  # the default pair's config.json
     "target": dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,

@@ -8,6 +8,8 @@ dequantized once from the GGUF blocks, stored as bfloat16 with Hugging Face tens
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -15,6 +17,9 @@ from typing import Callable
 
 import numpy as np
 import torch
+from gguf import GGUFReader
+from gguf.quants import dequantize
+from safetensors.torch import save_file
 
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
@@ -90,10 +95,6 @@ def convert_gguf(
 ) -> Path:
     """Dequantize ``gguf_path`` into ``out_dir`` (written atomically: a partial directory is
     never mistaken for a converted model)."""
-    from gguf import GGUFReader
-    from gguf.quants import dequantize
-    from safetensors.torch import save_file
-
     try:
         reader = GGUFReader(str(gguf_path))
     except Exception as e:  # truncated or not a GGUF file
@@ -124,16 +125,13 @@ def convert_gguf(
         json.dumps({"source": str(gguf_path), "sha256": sha256, "dtype": "bfloat16"}, indent=2)
     )
     if out_dir.exists():
-        import shutil
-
         shutil.rmtree(out_dir)
     tmp.rename(out_dir)
     return out_dir
 
 
 def _write_tokenizer(gguf_path: Path, out_dir: Path) -> None:
-    import logging
-
+    # transformers takes seconds to import; only a GGUF conversion needs it
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 

@@ -13,6 +13,14 @@ import torch
 
 from specd.models.errors import ModelError
 from specd.models.fp8 import FP8Linear, quantize_fp8
+from specd.models.modes import BNB_QUANTS
+
+
+def _bnb():
+    """bitsandbytes, imported on first use: optional (the ``gpu`` extra), and seconds to import."""
+    import bitsandbytes
+
+    return bitsandbytes
 
 
 def check_cuda_mode(mode: str, model: str) -> None:
@@ -24,9 +32,9 @@ def check_cuda_mode(mode: str, model: str) -> None:
             raise ModelError(
                 f"{model}: fp8 needs compute capability 8.9+ (this GPU is {cap[0]}.{cap[1]}); use int8"
             )
-    if mode in ("int8", "int4"):
+    if mode in BNB_QUANTS:
         try:
-            import bitsandbytes  # noqa: F401
+            _bnb()
         except ImportError as e:
             raise ModelError(f"{model}: {mode} on CUDA needs bitsandbytes: pip install 'specd[gpu]'") from e
 
@@ -35,8 +43,7 @@ class BnbLinear:
     """bitsandbytes NF4 (``bits=4``) or LLM.int8 (``bits=8``) weights."""
 
     def __init__(self, weight: torch.Tensor, bits: int, device: str) -> None:
-        import bitsandbytes as bnb
-
+        bnb = _bnb()
         self.out_features, self.in_features = weight.shape
         self.bits = bits
         w = weight.to(device=device, dtype=torch.bfloat16)
@@ -48,8 +55,7 @@ class BnbLinear:
             raise ValueError(bits)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        import bitsandbytes as bnb
-
+        bnb = _bnb()
         x = x.to(self.packed.device, torch.bfloat16)
         if self.bits == 4:
             return bnb.matmul_4bit(x, self.packed.t(), quant_state=self.state).float()

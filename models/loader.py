@@ -11,24 +11,23 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-
 import torch
+from safetensors import safe_open
 
+from specd.models import q8, subvocab
+from specd.models.calibrate import calibration_tokens, channel_absmax, channel_meansq
 from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import convert_gguf
+from specd.models.modes import BACKENDS, KERNEL_QUANTS, ORT_QUANTS
 from specd.models.pull import converted_dir, is_pulled
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
-from specd.models import subvocab
 from specd.models.tokenizer import Tokenizer
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a type only: the ONNX Runtime backend is imported when a model runs on it
     from specd.models.ort_runtime import OrtDecoder
-
-
-BACKENDS = ("auto", "torch", "ort")  # model runtimes: specd.models.decoder, specd.models.ort_runtime
 
 
 @dataclass
@@ -76,6 +75,7 @@ def _converted_gguf(path: Path) -> Path:
 
 def _from_hub(repo_id: str) -> Path:
     try:
+        # only hub ids need it, and it takes a while to import
         from huggingface_hub import snapshot_download
 
         return Path(snapshot_download(repo_id, allow_patterns=["*.json", "*.safetensors"]))
@@ -90,8 +90,6 @@ class _LazyWeights(Mapping[str, torch.Tensor]):
     sit in the daemon's memory)."""
 
     def __init__(self, files: list[Path]) -> None:
-        from safetensors import safe_open
-
         self._where: dict[str, Path] = {}
         for f in files:
             try:
@@ -101,8 +99,6 @@ class _LazyWeights(Mapping[str, torch.Tensor]):
                 raise ModelError(f"{f}: corrupt or unreadable weights ({e}); pull or convert it again") from e
 
     def __getitem__(self, name: str) -> torch.Tensor:
-        from safetensors import safe_open
-
         f = self._where[name]
         try:
             with safe_open(str(f), framework="pt") as sf:
@@ -130,8 +126,6 @@ def _read_weights(directory: Path) -> Mapping[str, torch.Tensor]:
 def _calibrate(config: ModelConfig, weights: Mapping[str, torch.Tensor], tokenizer: Tokenizer, spec: str, quant: str) -> dict[str, torch.Tensor]:
     """Run the dense model over real code once: each layer's outlier input channels (int8 on the
     fallback runtime) or each input channel's mean square (int4's scale search)."""
-    from specd.models.calibrate import calibration_tokens, channel_absmax, channel_meansq
-
     print(f"specd: calibrating {spec} for {quant} (once; stored with the quantized weights)", file=sys.stderr)
     # float32: MKL's GEMM; bf16 on a CPU without native bf16 is 2.3x slower for the same statistics
     dense = Decoder(config, weights, compute_dtype=torch.float32, max_len=600)
@@ -146,12 +140,9 @@ def resolve_backend(backend: str, quant: str, device: str) -> str:
     without the kernels); torch otherwise (CUDA, bf16, fp8)."""
     if backend != "auto":
         return backend
-    from specd.models import q8
-    from specd.models.onnx_graph import ORT_QUANTS
-
     if device != "cpu":
         return "torch"
-    if quant in ("int8", "int4") and q8.available():
+    if quant in KERNEL_QUANTS and q8.available():
         return "torch"
     return "ort" if quant in ORT_QUANTS else "torch"
 
@@ -169,8 +160,6 @@ def load_model(
         raise ModelError(f"{spec}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     backend = resolve_backend(backend, quant, device)
     if backend == "ort":
-        from specd.models.onnx_graph import ORT_QUANTS
-
         if quant not in ORT_QUANTS:
             raise ModelError(f"{spec}: the ort backend runs {', '.join(ORT_QUANTS)}, not {quant!r}")
         if device != "cpu":
@@ -190,6 +179,7 @@ def load_model(
     if 0 < head_vocab < config.vocab_size:
         head_rows = subvocab.load(directory, head_vocab, tokenizer)
     if backend == "ort":
+        # imported here: onnx and onnxruntime load only for models that run on ONNX Runtime
         from specd.models.ort_runtime import load_ort
 
         model = load_ort(directory, config, lambda: _read_weights(directory), mode=quant, name=spec,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 
 
@@ -10,8 +11,6 @@ def rss_bytes() -> int:
     try:
         with open("/proc/self/statm") as f:
             pages = int(f.read().split()[1])
-        import os
-
         return pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

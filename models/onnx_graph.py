@@ -41,10 +41,10 @@ from typing import Mapping
 
 import numpy as np
 import torch
+from onnx import TensorProto, helper, numpy_helper
 
 from specd.models.config import ModelConfig
-
-ORT_QUANTS = ("int8", "int4", "fp32")
+from specd.models.modes import ORT_QUANTS
 BLOCK = 32
 BITS = {"int4": 4, "int8": 8}
 # bump when the graph or the packing changes: stored artifacts with another version are rebuilt
@@ -131,15 +131,11 @@ class _Builder:
 
     def op(self, op_type: str, inputs: list[str], hint: str | None = None, n_out: int = 1,
            domain: str = "", **attrs) -> str | list[str]:
-        from onnx import helper
-
         outs = [self.name(hint or op_type) for _ in range(n_out)]
         self.nodes.append(helper.make_node(op_type, inputs, outs, domain=domain or None, **attrs))
         return outs[0] if n_out == 1 else outs
 
     def const(self, name: str, array: np.ndarray, kind: str | None = None) -> str:
-        from onnx import numpy_helper
-
         self.inits.append(numpy_helper.from_array(np.ascontiguousarray(array), name))
         if kind:
             self.bytes[kind] += array.nbytes
@@ -147,8 +143,6 @@ class _Builder:
 
     def tensor(self, name: str, t: torch.Tensor, kind: str) -> str:
         """An initializer from a torch tensor (bf16 stored as raw bfloat16)."""
-        from onnx import TensorProto, helper
-
         t = t.contiguous()
         if t.dtype == torch.bfloat16:
             self.inits.append(helper.make_tensor(name, TensorProto.BFLOAT16, list(t.shape),
@@ -194,8 +188,6 @@ def build_model(
     """An ``onnx.ModelProto`` for ``config`` with ``weights`` in ``mode`` (see the module doc).
     ``head_rows`` keeps only those output rows (sorted ids; the caller scatters them back).
     Missing weights raise ``KeyError`` naming the tensor."""
-    from onnx import TensorProto, helper
-
     if mode not in ORT_QUANTS:
         raise ValueError(f"ONNX Runtime modes are {', '.join(ORT_QUANTS)}, not {mode!r}")
     c = config

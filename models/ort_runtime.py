@@ -14,6 +14,7 @@ other source weights is rebuilt, a corrupt one is reported naming the model and 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -21,16 +22,19 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
+import onnx
 import torch
 
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
 from specd.models.kv_cache import CacheOwner, common_prefix
-from specd.models.onnx_graph import GRAPH_VERSION, ORT_QUANTS, build_model
+from specd.models.modes import ORT_QUANTS
+from specd.models.onnx_graph import GRAPH_VERSION, build_model
+from specd.models.registry import cache_root
 
 
 def _ort():
-    try:
+    try:  # imported here to name the missing package in a ModelError
         import onnxruntime
     except ImportError as e:  # pragma: no cover - the base install has it
         raise ModelError("the ONNX Runtime backend needs onnxruntime: pip install 'specd[ort]'") from e
@@ -240,8 +244,6 @@ def _stored_meta(path: Path, name: str, mode: str) -> dict[str, str] | None:
     """The stored graph's metadata, or None when there is none; ModelError when it is corrupt."""
     if not path.exists():
         return None
-    import onnx
-
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as e:
@@ -252,8 +254,6 @@ def _stored_meta(path: Path, name: str, mode: str) -> dict[str, str] | None:
 def export(path: Path, config: ModelConfig, weights: Mapping[str, torch.Tensor], mode: str,
            head_rows: list[int] | None, stamp: str) -> None:
     """Build the graph and write it (``path`` + ``path.data``); the .onnx appears last."""
-    import onnx
-
     model = build_model(config, weights, mode, head_rows, metadata={"specd_source": stamp})
     data = path.name + ".data"
     tmp = path.with_name(path.name + ".tmp")
@@ -282,10 +282,6 @@ def load_ort(
     stamp = source_stamp(directory)
     path = artifact_path(directory, mode, head_rows)
     if not os.access(directory, os.W_OK):  # a read-only model directory: store the graph in the cache
-        import hashlib
-
-        from specd.models.registry import cache_root
-
         key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]
         path = artifact_path(cache_root() / "ort" / key, mode, head_rows)
     meta = _stored_meta(path, name, mode)

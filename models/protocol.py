@@ -47,3 +47,8 @@ class CausalLM(Protocol):
     def resident_bytes(self) -> dict[str, int]:
         """Bytes held resident: ``weights`` and ``kv_cache`` (0 where a runtime cannot tell)."""
         ...
+
+    def weight_bytes(self) -> dict[str, int]:
+        """Resident weight bytes by kind (embedding, head, linear, norms and biases; empty where a
+        runtime cannot tell); they sum to ``resident_bytes()["weights"]``."""
+        ...

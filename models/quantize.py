@@ -1,6 +1,6 @@
 """Choosing, building and caching a model's quantized linear layers.
 
-Modes (``--target-quant`` / ``--draft-quant``):
+Modes (``--target-quant`` / ``--draft-quant``; the lists are in :mod:`specd.models.modes`):
 
 - ``bf16`` / ``fp32``: dense.
 - ``int8``: on an x86-64 CPU with AVX2, ``Q8Linear`` (specd's own kernel, ``specd.models.q8``:
@@ -24,11 +24,15 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
+from safetensors.torch import load_file, save_file
 
 from specd.models import q8
 from specd.models.calibrate import outlier_channels
 from specd.models.decoder import HEAD_INPUT
 from specd.models.errors import ModelError
+from specd.models.fp8 import FP8Linear, quantize_fp8
+from specd.models.gpu import check_cuda_mode, cuda_linear_factory
+from specd.models.modes import DENSE_QUANTS, TARGET_QUANTS
 from specd.models.quant import (
     DenseLinear,
     Int4Linear,
@@ -38,8 +42,6 @@ from specd.models.quant import (
     quantize_int8_per_channel,
 )
 
-TARGET_QUANTS = ("int8", "fp8", "int4", "bf16", "fp32")
-DRAFT_QUANTS = ("int4", "int8", "bf16", "fp32")
 INT4_GROUP = 64
 
 
@@ -51,8 +53,6 @@ def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
     if mode not in TARGET_QUANTS:
         raise ModelError(f"{model}: unknown quantization {mode!r}; use one of {', '.join(TARGET_QUANTS)}")
     if device.startswith("cuda"):
-        from specd.models.gpu import check_cuda_mode
-
         check_cuda_mode(mode, model)
 
 
@@ -89,11 +89,9 @@ def linear_factory(directory: Path | None, mode: str, model: str = "model", devi
     (or written once to) ``quant-<mode>.safetensors`` in ``directory``; call ``save()`` after
     building the model."""
     check_mode(mode, device, model)
-    if mode in ("bf16", "fp32"):
+    if mode in DENSE_QUANTS:
         return None
     if device.startswith("cuda"):
-        from specd.models.gpu import cuda_linear_factory
-
         return cuda_linear_factory(mode)
     return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model)
 
@@ -112,8 +110,6 @@ class _QuantStore:
         self.use_q8 = mode == "int8" and q8.available()  # block-wise kernel: no outlier calibration needed
         self.use_q4 = mode == "int4" and q8.available()
         if path is not None and path.exists():
-            from safetensors.torch import load_file
-
             try:
                 self.stored = load_file(str(path))
             except Exception as e:
@@ -166,7 +162,6 @@ class _QuantStore:
             packed = (q[:, 0::2] | (q[:, 1::2] << 4)).to(torch.uint8)  # two nibbles per byte
             return {"q4": packed, "sz": sz}
         if self.mode == "fp8":
-            from specd.models.fp8 import quantize_fp8
 
             q, s = quantize_fp8(w)
             return {"q8": q, "scale": s}
@@ -183,16 +178,12 @@ class _QuantStore:
             p = t["q4"].to(torch.int32)
             q = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
             return Int4Linear(q, t["sz"], INT4_GROUP)
-        from specd.models.fp8 import FP8Linear
-
         return FP8Linear(t["q8"], t["scale"])
 
     def save(self) -> None:
         """Write newly quantized layers (first load in this mode) so later loads skip the work."""
         if not self.fresh or self.path is None:
             return
-        from safetensors.torch import save_file
-
         try:
             save_file({**self.stored, **self.fresh}, str(self.path))
         except OSError as e:  # a read-only model directory still works, just slower to load

@@ -4,49 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
+from specd.models.tiny import tiny_config, tiny_weights
 
-
-def tiny_config(vocab: int = 64, hidden: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                tie: bool = False) -> ModelConfig:
-    return ModelConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 2, num_layers=layers,
-        num_heads=heads, num_kv_heads=kv_heads, head_dim=hidden // heads, rope_theta=10000.0,
-        rms_norm_eps=1e-6, max_position=512, tie_word_embeddings=tie, qkv_bias=True,
-    )
-
-
-def tiny_weights(config: ModelConfig, seed: int, scale: float = 0.5) -> dict[str, torch.Tensor]:
-    """Random weights with Hugging Face names; ``scale`` sets how peaked the distributions are."""
-    g = torch.Generator().manual_seed(seed)
-    c = config
-
-    def r(*shape: int, s: float = scale) -> torch.Tensor:
-        return torch.randn(*shape, generator=g) * s
-
-    hd = c.head_dim
-    w: dict[str, torch.Tensor] = {
-        "model.embed_tokens.weight": r(c.vocab_size, c.hidden_size, s=1.0),
-        "model.norm.weight": 1 + r(c.hidden_size, s=0.1),
-    }
-    if not c.tie_word_embeddings:
-        w["lm_head.weight"] = r(c.vocab_size, c.hidden_size, s=1.0)
-    for i in range(c.num_layers):
-        p = f"model.layers.{i}."
-        w[p + "input_layernorm.weight"] = 1 + r(c.hidden_size, s=0.1)
-        w[p + "post_attention_layernorm.weight"] = 1 + r(c.hidden_size, s=0.1)
-        w[p + "self_attn.q_proj.weight"] = r(c.num_heads * hd, c.hidden_size)
-        w[p + "self_attn.k_proj.weight"] = r(c.num_kv_heads * hd, c.hidden_size)
-        w[p + "self_attn.v_proj.weight"] = r(c.num_kv_heads * hd, c.hidden_size)
-        w[p + "self_attn.q_proj.bias"] = r(c.num_heads * hd, s=0.1)
-        w[p + "self_attn.k_proj.bias"] = r(c.num_kv_heads * hd, s=0.1)
-        w[p + "self_attn.v_proj.bias"] = r(c.num_kv_heads * hd, s=0.1)
-        w[p + "self_attn.o_proj.weight"] = r(c.hidden_size, c.num_heads * hd)
-        w[p + "mlp.gate_proj.weight"] = r(c.intermediate_size, c.hidden_size)
-        w[p + "mlp.up_proj.weight"] = r(c.intermediate_size, c.hidden_size)
-        w[p + "mlp.down_proj.weight"] = r(c.hidden_size, c.intermediate_size)
-    return w
+__all__ = ["SPECIALS", "TINY_VOCAB", "save_tiny_model", "tiny_config", "tiny_decoder", "tiny_engine",
+           "tiny_tokenizer", "tiny_weights"]
 
 
 def tiny_decoder(seed: int = 0, dtype: torch.dtype = torch.float32, max_len: int = 256,
@@ -79,7 +41,7 @@ def tiny_tokenizer(extra: int = 0):
 TINY_VOCAB = 256 + len(SPECIALS)
 
 
-def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, **config_kw):
+def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, costs=None, **config_kw):
     """An Engine over tiny random bf16 decoders that share the byte-level tokenizer."""
     from specd.engine.engine import Engine, EngineConfig
 
@@ -95,8 +57,7 @@ def tiny_engine(target_seed: int = 0, draft_seed: int | None = 1, k: int = 4, **
     tok = tiny_tokenizer()
     config_kw.setdefault("max_len", 512)
     config = EngineConfig(k=k, **config_kw)
-    costs = None
-    if k == "auto":  # as the composition root does: measured once, cached per machine and pair
+    if k == "auto" and costs is None:  # as the composition root does: measured once, cached per machine and pair
         from specd.app import step_costs
 
         costs = step_costs(config, target, draft)
