@@ -90,7 +90,8 @@ def test_bench_warm_kv_reuses_the_prompt(tiny_pair, two_tasks, tmp_path, capsys)
     out = tmp_path / "warm"
     code, _, stderr = bench(
         capsys, "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
-        "--modes", "target,spec:k=2,spec:auto:tree", "--reps", "2", "--max-tokens", "4", "--kv", "warm", "--no-plots",
+        "--modes", "target,spec:k=2,spec:auto:tree,spec:k=2:continue", "--reps", "2", "--max-tokens", "4", "--kv", "warm",
+        "--no-plots",
         "--out", str(out))
     assert code == 0, stderr
     doc = json.loads((out / "results.json").read_text())
@@ -99,9 +100,14 @@ def test_bench_warm_kv_reuses_the_prompt(tiny_pair, two_tasks, tmp_path, capsys)
         assert row["cold_prefill_ms"] > 0
     prompt_len = {row["task"]: row["prompt_tokens"] for row in doc["per_task"]}
     for r in doc["runs"]:
-        assert r["prefill_reused"] == prompt_len[r["task"]] - 1  # all but the last prompt token
+        if r["mode"].endswith(":continue"):  # the prompt grew by the typed text: its start is reused
+            assert 0 < r["prefill_reused"] < r["prompt_tokens"] - 1
+        else:
+            assert r["prefill_reused"] == prompt_len[r["task"]] - 1  # all but the last prompt token
     assert doc["summary"]["spec:k=2"]["same_tokens_as_target"] == [4, 4]
     assert doc["summary"]["spec:auto:tree"]["same_tokens_as_target"] == [4, 4]
+    # continuing an accepted suggestion: the same text as the target on the same continued prompt
+    assert doc["summary"]["spec:k=2:continue"]["same_tokens_as_target"] == [4, 4]
     assert doc["config"]["engine"]["k"] == "auto"
 
 
@@ -150,6 +156,10 @@ def test_parse_modes() -> None:
     assert [m.name for m in modes] == ["target", "spec:auto", "spec:k=2:tree", "spec:auto:tree"]
     assert modes[1].auto and modes[1].k is None and modes[2].tree and modes[2].k == 2
     assert parse_modes("spec", default_k="auto")[1].name == "spec:auto"
+    assert [m.name for m in parse_modes("spec:auto:continue", "auto")] == ["target", "target:continue",
+                                                                         "spec:auto:continue"]
+    with pytest.raises(BenchError, match="only target and spec take :continue"):
+        parse_modes("llamacpp:continue", 4)
     with pytest.raises(BenchError, match="only spec takes"):
         parse_modes("llamacpp:tree", 4)
 

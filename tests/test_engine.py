@@ -9,7 +9,7 @@ from specd.engine.drafters import ModelDrafter
 from specd.engine.engine import (Cancelled, CompletionRequest, Engine, EngineConfig, RequestError,
                                  VocabularyMismatch)
 from specd.engine.sampling import SamplingParams
-from specd.engine.speculative import generate
+from specd.engine.speculative import Decoding, generate
 from tests.tiny import TINY_VOCAB, tiny_decoder, tiny_engine, tiny_tokenizer
 from tests.toy import TableLM, table
 
@@ -45,9 +45,9 @@ def test_greedy_matches_target_when_no_draft_is_accepted() -> None:
     """A draft whose argmax is the target's argmin: every draft rejected, output unchanged."""
     t = table(64, 12, seed=5)
     target, draft = TableLM(t), TableLM(-t)
-    plain, _ = generate(target, [1, 2, 3], max_new_tokens=20)
+    plain, _ = generate(target, [1, 2, 3], Decoding(20))
     target.rollback(0)
-    out, stats = generate(target, [1, 2, 3], max_new_tokens=20, drafter=ModelDrafter(draft), k=4)
+    out, stats = generate(target, [1, 2, 3], Decoding(20), ModelDrafter(draft), k=4)
     assert out == plain
     assert stats.accepted == 0 and stats.drafted > 0 and stats.rounds == 20
 
@@ -63,10 +63,10 @@ def test_stop_token_inside_an_accepted_draft() -> None:
     t = table(64, 8, seed=7)
     t[6, :, 5] = 100.0  # whatever comes at position 6, the next token is 5 (the stop token)
     target, draft = TableLM(t), TableLM(t.clone())
-    plain, pstats = generate(target, [1, 2], max_new_tokens=30, stop_ids=frozenset({5}))
+    plain, pstats = generate(target, [1, 2], Decoding(30, stop_ids=frozenset({5})))
     target.rollback(0)
-    out, stats = generate(target, [1, 2], max_new_tokens=30, drafter=ModelDrafter(draft), k=8,
-                          stop_ids=frozenset({5}))
+    out, stats = generate(target, [1, 2], Decoding(30, stop_ids=frozenset({5})), ModelDrafter(draft),
+                          k=8)
     assert out == plain and len(out) == 5 and 5 not in out
     assert stats.stop_reason == pstats.stop_reason == "stop_token"
 

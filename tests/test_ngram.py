@@ -8,7 +8,7 @@ import torch
 from specd.engine.engine import CompletionRequest
 from specd.engine.ngram import HybridDrafter, NgramDrafter, lookup
 from specd.engine.sampling import SamplingParams
-from specd.engine.speculative import generate
+from specd.engine.speculative import Decoding, generate
 from tests.test_sampling import _chi2_pvalue, output_distribution
 from tests.tiny import tiny_engine
 from tests.toy import TableLM, exact_joint, table
@@ -48,7 +48,7 @@ def test_repetitive_text_is_drafted_by_lookup() -> None:
         for tok in range(6):
             t[pos, tok, (tok + 1) % 6] = 50.0  # always continue the cycle 0 1 2 3 4 5 0 ...
     target = TableLM(t)
-    out, stats = generate(target, [0, 1, 2, 3, 4, 5, 0, 1], max_new_tokens=20, drafter=NgramDrafter(), k=4)
+    out, stats = generate(target, [0, 1, 2, 3, 4, 5, 0, 1], Decoding(20), NgramDrafter(), k=4)
     assert out == [(2 + i) % 6 for i in range(20)]
     assert stats.accepted > 10 and stats.rounds < 10
 
@@ -63,7 +63,7 @@ def test_lookup_drafts_sample_from_the_target() -> None:
     g = torch.Generator().manual_seed(3)
     drafter = HybridDrafter(NgramDrafter(min_ngram=1), NgramDrafter(min_ngram=1))
     for _ in range(samples):
-        out, _ = generate(tgt, prompt, max_new_tokens=n_new, params=SamplingParams(temperature=1.0),
-                          drafter=drafter, k=3, generator=g)
+        out, _ = generate(tgt, prompt, Decoding(n_new, SamplingParams(temperature=1.0), generator=g),
+                          drafter, k=3)
         counts[tuple(out)] += 1
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4

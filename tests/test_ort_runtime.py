@@ -301,7 +301,7 @@ def test_greedy_token_trees_match_target_only() -> None:
     import inspect
 
     from specd.engine.drafters import ModelDrafter
-    from specd.engine.speculative import generate
+    from specd.engine.speculative import Decoding, generate
 
     if "branch" not in inspect.signature(ModelDrafter).parameters:
         pytest.skip("this checkout's drafter has no token trees")
@@ -309,8 +309,8 @@ def test_greedy_token_trees_match_target_only() -> None:
     target = ort_model("int8", config=config, weights=tiny_weights(config, 21), max_len=512)
     draft = ort_model("int4", config=config, weights=tiny_weights(config, 22), max_len=512)
     prompt = torch.randint(0, config.vocab_size, (300,), generator=torch.Generator().manual_seed(3)).tolist()
-    plain, _ = generate(target, prompt, max_new_tokens=40, k=0)
-    spec, stats = generate(target, prompt, max_new_tokens=40, drafter=ModelDrafter(draft, branch=3, branch_below=1.0), k=4)
+    plain, _ = generate(target, prompt, Decoding(40), k=0)
+    spec, stats = generate(target, prompt, Decoding(40), ModelDrafter(draft, branch=3, branch_below=1.0), k=4)
     assert spec == plain
     assert stats.tree_nodes > stats.drafted
     seq = prompt + spec

@@ -7,7 +7,7 @@ import pytest
 from specd.engine.drafters import ModelDrafter
 from specd.engine.engine import CompletionRequest
 from specd.engine.policy import AdaptiveK, CostModel, FixedK, measure_costs
-from specd.engine.speculative import generate
+from specd.engine.speculative import Decoding, generate
 from tests.tiny import tiny_decoder, tiny_engine
 from tests.toy import TableLM, table
 
@@ -73,13 +73,14 @@ def test_greedy_matches_target_with_adaptive_k(tmp_path, monkeypatch) -> None:
     assert list((tmp_path / "costs").glob("*.json"))  # measured once, cached per machine and pair
 
 
-@pytest.mark.parametrize("policy", [FixedK(3), AdaptiveK(CostModel(0.1, (1.0, 1.05, 1.1, 1.15, 1.2)), k_max=4)])
+@pytest.mark.parametrize("policy", [FixedK(3, min_prob=0.6),
+                                    AdaptiveK(CostModel(0.1, (1.0, 1.05, 1.1, 1.15, 1.2)), k_max=4, min_prob=0.6)])
 def test_greedy_identity_with_early_stopping_drafter(policy) -> None:
     t = table(64, 10, seed=9)
     target, draft = TableLM(t), TableLM(t + 0.5 * table(64, 10, seed=10))
-    plain, _ = generate(target, [1, 2, 3], max_new_tokens=25)
+    plain, _ = generate(target, [1, 2, 3], Decoding(25))
     target.rollback(0)
-    out, stats = generate(target, [1, 2, 3], max_new_tokens=25, drafter=ModelDrafter(draft, min_prob=0.6), k=policy)
+    out, stats = generate(target, [1, 2, 3], Decoding(25), ModelDrafter(draft), k=policy)
     assert out == plain
 
 
@@ -122,10 +123,10 @@ def test_structure_k_keeps_greedy_output() -> None:
 
     target, draft = tiny_decoder(seed=3), tiny_decoder(seed=4)
     prompt = list(range(20, 60))
-    plain, _ = generate(target, prompt, max_new_tokens=24, k=0)
+    plain, _ = generate(target, prompt, Decoding(24), k=0)
     policy = StructureK(CostModel(draft_ms=1.0, verify_ms=tuple(10.0 + n for n in range(1, 18))),
                         make_classifier(tiny_tokenizer()))
-    spec, _ = generate(target, prompt, max_new_tokens=24, drafter=ModelDrafter(draft), k=policy)
+    spec, _ = generate(target, prompt, Decoding(24), ModelDrafter(draft), k=policy)
     assert spec == plain and sum(policy.rounds.values()) > 0
 
 
@@ -169,10 +170,10 @@ def test_gated_rounds_stop_early_and_keep_the_target_output() -> None:
     paid), and the output is still exactly the target's greedy output."""
     t = table(64, 10, seed=11)
     target, draft = TableLM(t), TableLM(0.1 * table(64, 10, seed=12))  # near-uniform: never sure
-    plain, _ = generate(target, [1, 2, 3], max_new_tokens=30)
+    plain, _ = generate(target, [1, 2, 3], Decoding(30))
     target.rollback(0)
     cost = CostModel(draft_ms=19.0, verify_ms=(111.5, 111.5, 118.9, 142.7, 181.2))
     gated = AdaptiveK(cost, k_max=4, prior=0.95)  # K = 2..4 chosen: the gate must cut rounds
-    out, stats = generate(target, [1, 2, 3], max_new_tokens=30, drafter=ModelDrafter(draft), k=gated)
+    out, stats = generate(target, [1, 2, 3], Decoding(30), ModelDrafter(draft), k=gated)
     assert out == plain
     assert stats.drafted < stats.rounds * 2  # some rounds stopped after their first draft

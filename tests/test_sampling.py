@@ -16,7 +16,8 @@ from specd.engine.sampling import (
     verify_stochastic,
     warp,
 )
-from specd.engine.speculative import generate
+from specd.engine.policy import FixedK
+from specd.engine.speculative import Decoding, generate
 from tests.toy import TableLM, exact_joint, table
 
 
@@ -122,9 +123,9 @@ def test_speculative_samples_follow_target(k: int, min_prob: float) -> None:
     exact = exact_joint(tgt, prompt, n_new)
     counts = torch.zeros_like(exact)
     g = torch.Generator().manual_seed(k)
-    drafter = ModelDrafter(drf, min_prob=min_prob)
+    drafter = ModelDrafter(drf)
     for _ in range(samples):
-        out, _ = generate(tgt, prompt, max_new_tokens=n_new, params=params, drafter=drafter, k=k,
-                          generator=g)
+        out, _ = generate(tgt, prompt, Decoding(n_new, params, generator=g), drafter,
+                          k=FixedK(k, min_prob=min_prob))
         counts[tuple(out)] += 1
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4

@@ -11,7 +11,7 @@ import torch
 from specd.engine import tree
 from specd.engine.drafters import ModelDrafter
 from specd.engine.sampling import SamplingParams, acceptance_probability, residual_distribution
-from specd.engine.speculative import generate
+from specd.engine.speculative import Decoding, generate
 from tests.tiny import tiny_decoder
 from tests.toy import TableLM, exact_joint, table
 from tests.test_sampling import _chi2_pvalue, _dist
@@ -93,9 +93,9 @@ def test_greedy_tree_matches_target(branch_below: float) -> None:
     target = tiny_decoder(seed=21, dtype=torch.bfloat16, hidden=64, heads=4, kv_heads=2, max_len=512)
     draft = tiny_decoder(seed=22, dtype=torch.bfloat16, hidden=64, heads=4, kv_heads=2, max_len=512)
     prompt = torch.randint(0, target.vocab_size, (300,), generator=torch.Generator().manual_seed(3)).tolist()
-    plain, _ = generate(target, prompt, max_new_tokens=40, k=0)
+    plain, _ = generate(target, prompt, Decoding(40), k=0)
     drafter = ModelDrafter(draft, branch=3, branch_below=branch_below)
-    spec, stats = generate(target, prompt, max_new_tokens=40, drafter=drafter, k=4)
+    spec, stats = generate(target, prompt, Decoding(40), drafter, k=4)
     assert spec == plain
     assert stats.tree_nodes > stats.drafted  # extra candidates were verified
     # the caches hold exactly the accepted sequence
@@ -115,8 +115,8 @@ def test_tree_takes_the_sibling_when_the_target_prefers_it() -> None:
     first, second = top2[..., 0:1], top2[..., 1:2]
     d.scatter_(-1, first, torch.gather(t, -1, second)).scatter_(-1, second, torch.gather(t, -1, first))
     target, draft = TableLM(t), TableLM(d)
-    plain, _ = generate(target, [1, 2], max_new_tokens=20, k=0)
-    spec, stats = generate(target, [1, 2], max_new_tokens=20, drafter=ModelDrafter(draft, branch=2), k=3)
+    plain, _ = generate(target, [1, 2], Decoding(20), k=0)
+    spec, stats = generate(target, [1, 2], Decoding(20), ModelDrafter(draft, branch=2), k=3)
     assert spec == plain
     assert stats.branch_hits > 0
 
@@ -132,8 +132,8 @@ def test_tree_samples_follow_target() -> None:
     g = torch.Generator().manual_seed(5)
     drafter = ModelDrafter(drf, branch=3)
     for _ in range(samples):
-        out, _ = generate(tgt, prompt, max_new_tokens=n_new, params=SamplingParams(temperature=1.0),
-                          drafter=drafter, k=2, generator=g)
+        out, _ = generate(tgt, prompt, Decoding(n_new, SamplingParams(temperature=1.0), generator=g),
+                          drafter, k=2)
         counts[tuple(out)] += 1
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
 

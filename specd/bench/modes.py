@@ -12,7 +12,9 @@ ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup")
 ALL_MODES = "target,spec,hf-target,hf-assisted,llamacpp,llamacpp-lookup"
 HELP = (
     "comma-separated: target (specd, target alone), spec (the configured K), spec:k=N or spec:auto "
-    "(the K policy), each with an optional :tree (token trees), and the "
+    "(the K policy), each with an optional :tree (token trees) and :continue (the timed request "
+    "continues an accepted suggestion: its prefix adds the first characters of an untimed "
+    "suggestion, which stays remembered; target:continue is its baseline), and the "
     "anchors hf-target, hf-assisted (transformers assisted generation, same pair, fp32), llamacpp, "
     "llamacpp-lookup[:k=N] (llama-cpp-python on the same GGUF files); 'all' = " + ALL_MODES
 )
@@ -24,13 +26,14 @@ class Mode:
     k: int | None = None  # draft tokens per round (spec) or lookup tokens (llamacpp-lookup)
     auto: bool = False  # spec:auto — the engine's K policy (--k auto) chooses K each round
     tree: bool = False  # spec...:tree — token trees (--tree on)
+    continued: bool = False  # ...:continue — the user typed the start of the shown suggestion
 
     @property
     def name(self) -> str:
         name = self.kind if self.k is None else f"{self.kind}:k={self.k}"
         if self.auto:
             name = f"{self.kind}:auto"
-        return name + (":tree" if self.tree else "")
+        return name + (":tree" if self.tree else "") + (":continue" if self.continued else "")
 
     @property
     def is_anchor(self) -> bool:
@@ -49,27 +52,31 @@ def parse_modes(text: str, default_k: int | str) -> tuple[Mode, ...]:
         raise BenchError(f"--modes is empty: give {HELP}")
     modes: list[Mode] = []
     for item in items:
-        m = re.fullmatch(r"([a-z-]+)(?::k=(\d+)|:(auto))?(:tree)?", item)
+        m = re.fullmatch(r"([a-z-]+)(?::k=(\d+)|:(auto))?(:tree)?(:continue)?", item)
         kind = m.group(1) if m else None
         if kind not in SPECD_KINDS + ANCHOR_KINDS:
             raise BenchError(f"unknown mode {item!r}: modes are {HELP}")
         k = int(m.group(2)) if m.group(2) else None
-        auto, tree = bool(m.group(3)), bool(m.group(4))
+        auto, tree, continued = bool(m.group(3)), bool(m.group(4)), bool(m.group(5))
         if kind == "spec" and k is None and default_k == "auto":
             auto = True  # plain "spec": the configured K, here the K policy
         if k is not None and kind not in ("spec", "llamacpp-lookup"):
             raise BenchError(f"mode {item!r}: only spec and llamacpp-lookup take :k=N")
         if (auto or tree) and kind != "spec":
             raise BenchError(f"mode {item!r}: only spec takes :auto and :tree")
+        if continued and kind not in SPECD_KINDS:
+            raise BenchError(f"mode {item!r}: only target and spec take :continue")
         if kind == "spec" and not auto:
             k = default_k if k is None else k
             if not 1 <= k <= 32:
                 raise BenchError(f"mode {item!r}: K must be in 1..32")
         if kind == "llamacpp-lookup" and k is None:
             k = 10  # llama-cpp-python's default num_pred_tokens
-        mode = Mode(kind, k, auto, tree)
+        mode = Mode(kind, k, auto, tree, continued)
         if mode not in modes:
             modes.append(mode)
     if Mode("target") not in modes:
         modes.insert(0, Mode("target"))
+    if any(m.continued for m in modes) and Mode("target", continued=True) not in modes:
+        modes.insert(1, Mode("target", continued=True))  # the continued modes' baseline
     return tuple(modes)

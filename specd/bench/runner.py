@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from specd.bench.measurement import Measurement, decode_ms_per_token
@@ -42,8 +43,14 @@ class SpecdRunner:
         request = CompletionRequest(prefix=task.prefix, suffix=task.suffix, max_tokens=max_tokens,
                                     temperature=0.0, mode=self.mode.kind, k=self.mode.k,
                                     tree=self.mode.tree if self.mode.kind == "spec" else None)
+        if self.mode.continued:  # untimed: the suggestion shown; the user types its start
+            shown = engine.complete(request).text
+            request = dataclasses.replace(request, prefix=task.prefix + typed_along(shown))
         reset_peak()
         completion = engine.complete(request)
+        if self.mode.continued and self.warm:  # untimed: leave the task's own prompt cached
+            engine.complete(dataclasses.replace(request, prefix=task.prefix, max_tokens=1))
+            engine.forget_suggestion()
         s = completion.stats
         spec = s.mode == "spec"
         return Measurement(
@@ -58,3 +65,10 @@ class SpecdRunner:
             stop_reason=s.stop_reason, text=completion.text, tokens=tuple(completion.tokens),
             prefill_reused=s.prefill_reused,
         )
+
+
+def typed_along(shown: str) -> str:
+    """What a user typed of a shown suggestion before asking again: half of its first line (at
+    least one character; nothing when the suggestion is empty)."""
+    first = shown.split("\n", 1)[0]
+    return shown[: max(1, len(first) // 2)] if shown else ""

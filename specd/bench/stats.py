@@ -54,26 +54,31 @@ def per_task(runs: list[Measurement]) -> dict[tuple[str, str], dict]:
             for key, rs in groups.items()}
 
 
+CONTINUE_BASELINE = "target:continue"
+
+
 def summarize(runs: list[Measurement], modes: list[str], baseline: str = "target") -> dict:
     """Per mode: the spread of every metric over all runs; acceptance by position; speedups vs the
     baseline, computed per task from medians of the same task (paired), then spread over tasks;
-    the fraction of runs whose tokens equal the baseline's on the same task."""
+    the fraction of runs whose tokens equal the baseline's on the same task. A ``...:continue``
+    mode is compared with ``target:continue`` (the same continued prompt) when that ran."""
     tasks = per_task(runs)
     task_ids = sorted({r.task for r in runs})
     category = {r.task: r.category for r in runs}
-    base_tokens = {r.task: r.tokens for r in runs if r.mode == baseline}
     out: dict = {}
     for mode in modes:
         rs = [r for r in runs if r.mode == mode]
         if not rs:
             continue
+        base = CONTINUE_BASELINE if mode.endswith(":continue") and CONTINUE_BASELINE in modes else baseline
+        base_tokens = {r.task: r.tokens for r in runs if r.mode == base}
         entry: dict = {"runs": len(rs), "metrics": {m: _round(spread(getattr(r, m) for r in rs)) for m in METRICS}}
         entry["acceptance_at"] = position_acceptance(rs)
         same = [r.tokens == base_tokens[r.task] for r in rs if r.task in base_tokens]
         entry["same_tokens_as_target"] = [sum(same), len(same)]
         sp_dec, sp_e2e, by_cat = [], [], {}
         for t in task_ids:
-            a, b = tasks.get((t, baseline)), tasks.get((t, mode))
+            a, b = tasks.get((t, base)), tasks.get((t, mode))
             if not a or not b or not b["decode_ms_per_token"] or not b["total_ms"]:
                 continue
             d = a["decode_ms_per_token"] / b["decode_ms_per_token"]

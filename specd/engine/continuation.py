@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.engine.drafters import Drafter, KeepDrafting, Proposal
+from specd.engine.budget import DraftBudget
+from specd.engine.drafters import Chain, Drafter, Proposal
 from specd.engine.sampling import SamplingParams
 from specd.models.tokenizer import Tokenizer
 
@@ -58,14 +59,14 @@ class ContinuationCache:
 
 
 class LookaheadDrafter:
-    """Proposes ``tokens`` (expected right after the prompt) while the output follows them, then
-    hands over to ``fallback`` with at most ``k`` drafts per round."""
+    """Proposes ``tokens`` (expected right after the prompt) while the output follows them, as many
+    per round as the budget's ``free_k``; then hands over to ``fallback``, which drafts under the
+    same budget as any other round (the K policy's choice and gate)."""
 
-    def __init__(self, tokens: list[int], prompt_len: int, fallback: Drafter, k: int) -> None:
+    def __init__(self, tokens: list[int], prompt_len: int, fallback: Drafter) -> None:
         self.tokens = tokens
         self.prompt_len = prompt_len
         self.fallback = fallback
-        self.k = k
         self.proposed = 0  # lookahead tokens offered for verification
 
     @property
@@ -75,17 +76,15 @@ class LookaheadDrafter:
     def prefill(self, context: list[int]) -> int:
         return self.fallback.prefill(context)
 
-    def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-        keep: KeepDrafting | None = None,
-    ) -> Proposal:
+    def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
+                generator: torch.Generator | None) -> Proposal:
         done = seq[self.prompt_len:]
         n = len(done)
-        if n < len(self.tokens) and done == self.tokens[:n]:
-            ahead = self.tokens[n : n + k]
+        if n < len(self.tokens) and done == self.tokens[:n] and budget.free_k > 0:
+            ahead = self.tokens[n : n + budget.free_k]
             self.proposed += len(ahead)
-            return Proposal(torch.tensor(ahead, dtype=torch.long), None)
-        return self.fallback.propose(seq, min(k, self.k), params, generator, keep)
+            return Chain(torch.tensor(ahead, dtype=torch.long), None, free=True)
+        return self.fallback.propose(seq, budget, params, generator)
 
     def commit(self, valid: int) -> None:
         self.fallback.commit(valid)

@@ -18,14 +18,14 @@ import torch
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.ngram import HybridDrafter, NgramDrafter
-from specd.engine.policy import CostModel, StructureK
+from specd.engine.policy import CostModel, FixedK, KPolicy, StructureK
 from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.engine.sampling import SamplingParams
 from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
 from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
-from specd.engine.speculative import GenerationStats, generate
+from specd.engine.speculative import Decoding, GenerationStats, generate
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
 
@@ -145,13 +145,13 @@ def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: Causal
 DRAFTERS = ("model", "ngram", "both")
 
 
-def make_drafter(kind: str, draft: CausalLM | None, capacity: int, min_prob: float = 0.0,
+def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
                  branch: int = 1, branch_below: float = 1.0) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
     ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``)."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
-    model = ModelDrafter(draft, min_prob, branch, branch_below) if draft is not None else None
+    model = ModelDrafter(draft, branch, branch_below) if draft is not None else None
     if kind == "model":
         return model
     ngram = NgramDrafter(capacity=capacity)
@@ -186,7 +186,7 @@ class Engine:
         # chain and token-tree drafters over the same draft model; config.tree picks the default,
         # a request may ask for the other
         self._drafters = {
-            tree: make_drafter(config.drafter, draft, target.max_len, config.draft_min_prob,
+            tree: make_drafter(config.drafter, draft, target.max_len,
                                config.tree_width if tree else 1, config.tree_branch_below)
             for tree in (False, True)
         }
@@ -196,7 +196,7 @@ class Engine:
             if costs is None:
                 raise ValueError("k='auto' needs the measured step costs: build the engine with "
                                  "specd.app.build_engine, or pass costs")
-            self._policy = StructureK(costs, make_classifier(tokenizer))
+            self._policy = StructureK(costs, make_classifier(tokenizer), min_prob=config.draft_min_prob)
         # the ids a completion may contain: the tokenizer's real tokens, not the padding rows
         self._allowed = torch.zeros(target.vocab_size, dtype=torch.bool)
         self._allowed[[i for i in tokenizer.real_token_ids() if i < target.vocab_size]] = True
@@ -219,13 +219,13 @@ class Engine:
                 f"prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds the "
                 f"context of {self.config.max_len} tokens",
             )
-        k: int | StructureK
+        policy: KPolicy
         if request.k is not None:
-            k = request.k
+            policy = FixedK(request.k, self.config.draft_min_prob)
         elif self._policy is not None:
-            k = self._policy
+            policy = self._policy
         else:
-            k = self.config.k if isinstance(self.config.k, int) else 0
+            policy = FixedK(self.config.k if isinstance(self.config.k, int) else 0, self.config.draft_min_prob)
         speculate = request.mode == "spec" and self._drafter is not None
         base = self._drafter if request.tree is None else self._drafters[request.tree]
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
@@ -238,18 +238,14 @@ class Engine:
             return stream.update(tokens)
 
         with self._lock:
-            drafter, loop_k = base if speculate else None, k
+            drafter = base if speculate else None
             ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer)
-            k_max = k if isinstance(k, int) else k.k_max
-            if speculate and params.greedy and k_max > 0 and ahead:  # greedy only: sampling stays seeded
-                drafter = LookaheadDrafter(ahead, len(prompt), base, k_max)
-                loop_k = max(k_max, len(ahead))
+            if drafter is not None and params.greedy and ahead:  # greedy only: sampling stays seeded
+                # the rest of the last suggestion as free drafts; the policy's rounds after it
+                drafter = LookaheadDrafter(ahead, len(prompt), drafter)
+            decoding = Decoding(request.max_tokens, params, self.prompts.stop_ids, generator)
             try:
-                tokens, stats = generate(
-                    self.target, prompt, max_new_tokens=request.max_tokens, params=params,
-                    drafter=drafter, k=loop_k,
-                    stop_ids=self.prompts.stop_ids, generator=generator, on_round=on_round,
-                )
+                tokens, stats = generate(self.target, prompt, decoding, drafter, policy, on_round)
             except Cancelled:
                 raise
             except BaseException:  # a model failure: do not trust what the caches hold
@@ -264,6 +260,11 @@ class Engine:
                 self._continuation.remember(request.prefix, request.suffix, text, tokens)
         proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
         return Completion(text, tokens, stats, proposed)
+
+    @property
+    def policy(self) -> StructureK | None:
+        """The adaptive K policy (``k="auto"``), None with a fixed K."""
+        return self._policy
 
     def reset(self) -> None:
         """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""

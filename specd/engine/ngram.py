@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from specd.engine.drafters import Drafter, KeepDrafting, Proposal
+from specd.engine.budget import DraftBudget
+from specd.engine.drafters import Chain, Drafter, Proposal
 from specd.engine.sampling import SamplingParams
 
 
@@ -44,11 +45,9 @@ class NgramDrafter:
     def prefill(self, context: list[int]) -> int:
         return 0
 
-    def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-        keep: KeepDrafting | None = None,
-    ) -> Proposal:
-        return Proposal(torch.tensor(lookup(seq, k, self.max_ngram, self.min_ngram), dtype=torch.long), None)
+    def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
+                generator: torch.Generator | None) -> Chain:
+        return Chain(torch.tensor(lookup(seq, budget.k, self.max_ngram, self.min_ngram), dtype=torch.long), None)
 
     def commit(self, valid: int) -> None:
         pass
@@ -69,16 +68,14 @@ class HybridDrafter:
     def prefill(self, context: list[int]) -> int:
         return self.model.prefill(context)
 
-    def propose(
-        self, seq: list[int], k: int, params: SamplingParams, generator: torch.Generator | None,
-        keep: KeepDrafting | None = None,
-    ) -> Proposal:
-        found = self.ngram.propose(seq, k, params, generator)
-        if found.tokens.numel() >= min(self.min_tokens, k):
+    def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
+                generator: torch.Generator | None) -> Proposal:
+        found = self.ngram.propose(seq, budget, params, generator)
+        if len(found) >= min(self.min_tokens, budget.k):
             self.ngram_rounds += 1
             return found
         self.model_rounds += 1
-        return self.model.propose(seq, k, params, generator, keep)
+        return self.model.propose(seq, budget, params, generator)
 
     def commit(self, valid: int) -> None:
         self.model.commit(valid)

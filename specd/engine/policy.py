@@ -7,10 +7,10 @@ second from a measured cost model and running acceptance estimates:
                                                         given the ones before it were accepted)
     time(K) = K * t_draft + T_target(K + 1),  time(0) = T_target(1)
 
-and picks K = 0 — plain decoding — when no K beats the target alone on this hardware. The model
-drafter also stops mid-round when its own confidence in the next draft falls below ``min_prob``
-(as llama.cpp's ``p_min``): code structure (brackets, boilerplate) is drafted far, invented names
-are not.
+and picks K = 0 — plain decoding — when no K beats the target alone on this hardware. Each round a
+policy hands the drafter a :class:`~specd.engine.budget.DraftBudget`: its K, its in-round gate
+(``keep_drafting``: one more draft only where the draft's confidence makes it pay) and
+``min_prob`` (a draft less sure than this is not proposed, as llama.cpp's ``p_min``).
 """
 
 from __future__ import annotations
@@ -23,29 +23,47 @@ from typing import Callable, Protocol
 
 import torch
 
+from specd.engine.budget import DraftBudget
 from specd.models.protocol import CausalLM
 
 
 class KPolicy(Protocol):
     k_max: int
-    gated: bool  # whether the drafter should ask ``keep_drafting`` before each draft after the first
 
-    def choose(self, seq: list[int] | None = None) -> int:
-        """K for the next round; ``seq`` is the sequence so far (prompt and output)."""
+    def budget(self, seq: list[int], tokens_left: int) -> DraftBudget:
+        """The next round's drafting rules; ``seq`` is the sequence so far (prompt and output),
+        ``tokens_left`` the tokens the request may still emit (a round emits its drafts + 1)."""
         ...
 
-    def keep_drafting(self, confidences: list[float]) -> bool:
-        """Within a round: whether one more draft is worth its forward, given the drafter's
-        confidence (top probability) in each draft so far."""
+    def observe(self, drafted: int, accepted: int) -> None:
+        """What a round whose drafts came from a model did."""
         ...
 
-    def observe(self, drafted: int, accepted: int) -> None: ...
+
+class _Budgets:
+    """``budget`` from ``choose`` / ``keep_drafting`` (the policies below)."""
+
+    k_max: int
+    gated: bool
+    min_prob: float
+
+    def choose(self, seq: list[int] | None = None) -> int: ...
+
+    def keep_drafting(self, confidences: list[float]) -> bool: ...
+
+    def budget(self, seq: list[int], tokens_left: int) -> DraftBudget:
+        cap = max(tokens_left - 1, 0)  # K drafts + 1 recovered/bonus token: never past the budget
+        return DraftBudget(k=min(self.choose(seq), cap), gate=self.keep_drafting if self.gated else None,
+                           min_prob=self.min_prob, free_k=cap)
 
 
 @dataclass
-class FixedK:
+class FixedK(_Budgets):
+    """``--k N``: N drafts every round, ungated; ``min_prob`` still ends a round on an unsure draft."""
+
     k_max: int
-    gated = False  # ``--k N`` drafts N every round
+    min_prob: float = 0.0
+    gated = False
 
     def choose(self, seq: list[int] | None = None) -> int:
         return self.k_max
@@ -80,7 +98,7 @@ class CostModel:
         return cls(float(d["draft_ms"]), tuple(float(x) for x in d["verify_ms"]))
 
 
-class AdaptiveK:
+class AdaptiveK(_Budgets):
     """``decay``: the weight of each new observation in the running acceptance estimates. On two
     AVX2 cores K = 1 and K = 2 break even near a = 0.6 while the pair's acceptance sits near
     0.7: with 0.1 (a ~10-round memory) the estimate's noise (sd ~0.1) crossed the break-even in
@@ -90,8 +108,10 @@ class AdaptiveK:
 
     gated = True
 
-    def __init__(self, cost: CostModel, k_max: int = 8, prior: float = 0.7, decay: float = 0.03) -> None:
+    def __init__(self, cost: CostModel, k_max: int = 8, prior: float = 0.7, decay: float = 0.03,
+                 min_prob: float = 0.0) -> None:
         self.cost = cost
+        self.min_prob = min_prob
         self.k_max = k_max
         self.decay = decay
         self.alpha = [prior] * k_max  # conditional acceptance per draft position
@@ -137,7 +157,7 @@ class AdaptiveK:
                 break
 
 
-class StructureK:
+class StructureK(_Budgets):
     """``AdaptiveK`` per kind of text (``specd.engine.structure``): each kind learns its own
     acceptance per draft position, starting from a prior that says boilerplate is predictable and
     prose is not. The kind is judged each round from the sequence so far."""
@@ -146,8 +166,9 @@ class StructureK:
     gated = True
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
-                 priors: dict[str, float] | None = None) -> None:
+                 priors: dict[str, float] | None = None, min_prob: float = 0.0) -> None:
         self.classify = classify
+        self.min_prob = min_prob
         self.k_max = k_max
         self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
         self.current = "code"

@@ -18,17 +18,10 @@ from typing import Callable
 import torch
 
 from specd.engine import tree
-from specd.engine.drafters import Drafter, KeepDrafting, Proposal
-from specd.engine.sampling import (
-    SamplingParams,
-    Verdict,
-    restrict,
-    sample,
-    verify_greedy,
-    verify_stochastic,
-    warp,
-)
+from specd.engine.budget import DraftBudget
+from specd.engine.drafters import Chain, Drafter, Tree
 from specd.engine.policy import FixedK, KPolicy
+from specd.engine.sampling import SamplingParams, restrict, sample, verify_greedy, verify_stochastic, warp
 from specd.models.protocol import CausalLM
 
 
@@ -86,6 +79,46 @@ class GenerationStats:
         }
 
 
+    def add(self, r: "Round") -> None:
+        """Count one round."""
+        self.rounds += 1
+        self.drafted += r.drafted
+        self.accepted += r.accepted
+        self.tree_nodes += r.tree_nodes
+        self.branch_hits += int(r.branch_hit)
+        _grow(self.drafted_at, r.drafted)
+        _grow(self.accepted_at, r.drafted)
+        for i in range(r.drafted):
+            self.drafted_at[i] += 1
+        for i in range(r.accepted):
+            self.accepted_at[i] += 1
+
+
+@dataclass(frozen=True)
+class Round:
+    """What one round did: ``tokens`` emitted (the accepted drafts, then the recovered or bonus
+    token), ``drafted`` draft positions verified (a tree's chain depth), ``accepted`` of them kept;
+    ``free``: the drafts cost no model call (the policy does not learn from them)."""
+
+    tokens: list[int]
+    drafted: int = 0
+    accepted: int = 0
+    free: bool = False
+    tree_nodes: int = 0
+    branch_hit: bool = False
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """What to generate: at most ``max_new_tokens``, chosen by ``params``; a token in
+    ``stop_ids`` ends generation and is not returned; ``generator`` seeds sampling."""
+
+    max_new_tokens: int
+    params: SamplingParams = SamplingParams()
+    stop_ids: frozenset[int] = frozenset()
+    generator: torch.Generator | None = None
+
+
 # Called after each round with all tokens generated so far; returning True stops generation
 # (stop strings). To cancel, raise from it.
 RoundCallback = Callable[[list[int]], bool]
@@ -94,126 +127,106 @@ RoundCallback = Callable[[list[int]], bool]
 def generate(
     target: CausalLM,
     prompt: list[int],
-    *,
-    max_new_tokens: int,
-    params: SamplingParams = SamplingParams(),
+    decoding: Decoding,
     drafter: Drafter | None = None,
-    k: "int | KPolicy" = 4,
-    stop_ids: frozenset[int] = frozenset(),
-    generator: torch.Generator | None = None,
+    k: "int | KPolicy" = 0,
     on_round: RoundCallback | None = None,
 ) -> tuple[list[int], GenerationStats]:
-    """Generate up to ``max_new_tokens`` after ``prompt``; returns (new tokens, stats).
-
-    A token in ``stop_ids`` ends generation and is not returned.
-    """
+    """Generate after ``prompt``; returns (new tokens, stats). ``k``: drafts per round, or the
+    policy that chooses them; 0 (or no drafter) is target-only decoding through the same loop."""
     if not prompt:
         raise ValueError("empty prompt")
     policy = FixedK(k) if isinstance(k, int) else k
-    speculate = drafter is not None and policy.k_max > 0
-    stats = GenerationStats(mode="spec" if speculate else "target", prompt_tokens=len(prompt))
+    if drafter is None or policy.k_max <= 0:
+        drafter = None
+    stats = GenerationStats(mode="spec" if drafter else "target", prompt_tokens=len(prompt))
     t0 = time.perf_counter()
-
-    # -- prefill: reuse the longest cached prefix, compute the rest (all but the last token)
-    context = torch.tensor(prompt[:-1], dtype=torch.long)
-    reused = target.common_prefix(context)
-    target.rollback(reused)
-    if reused < len(context):
-        target.forward(context[reused:])
-    stats.prefill_reused = reused
-    if speculate:
-        drafter.prefill(prompt[:-1])
+    stats.prefill_reused = _prefill(target, drafter, prompt)
     stats.prefill_ms = (time.perf_counter() - t0) * 1e3
 
-    seq = list(prompt)
-    out: list[int] = []
-    capacity = min(target.max_len, drafter.max_len) if speculate else target.max_len
-    room = capacity - len(seq)  # the caches must hold every token fed
-    budget = min(max_new_tokens, room)
+    seq, out = list(prompt), []
+    capacity = min(target.max_len, drafter.max_len) if drafter else target.max_len
+    budget = min(decoding.max_new_tokens, capacity - len(seq))  # the caches must hold every token fed
     while len(out) < budget:
-        remaining = budget - len(out)
-        if speculate:
-            # never draft past the budget: K drafts + 1 recovered/bonus token
-            kr = min(policy.choose(seq), remaining - 1)
-            drafted_before, accepted_before = stats.drafted, stats.accepted
-            keep = policy.keep_drafting if policy.gated else None
-            new = _speculative_round(target, drafter, seq, kr, params, generator, stats, keep)
-            policy.observe(stats.drafted - drafted_before, stats.accepted - accepted_before)
+        if drafter:
+            r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding)
+            if r.drafted and not r.free:
+                policy.observe(r.drafted, r.accepted)
         else:
-            new = [_target_step(target, seq, params, generator).next_token]
-        stats.rounds += 1
+            r = Round([_target_step(target, seq, decoding)])
+        stats.add(r)
         if stats.rounds == 1:
             stats.ttft_ms = (time.perf_counter() - t0) * 1e3
-        stop_here = next((i for i, t in enumerate(new) if t in stop_ids), None)
-        if stop_here is not None:
-            out += new[:stop_here]
-            seq += new[:stop_here]
-            stats.stop_reason = "stop_token"
-            break
+        stop = next((i for i, t in enumerate(r.tokens) if t in decoding.stop_ids), None)
+        new = r.tokens if stop is None else r.tokens[:stop]
         out += new
         seq += new
+        if stop is not None:
+            stats.stop_reason = "stop_token"
+            break
         if on_round is not None and on_round(out):
             stats.stop_reason = "stop_string"
             break
     else:
-        stats.stop_reason = "max_tokens" if budget == max_new_tokens else "context"
+        stats.stop_reason = "max_tokens" if budget == decoding.max_new_tokens else "context"
     stats.new_tokens = len(out)
     stats.total_ms = (time.perf_counter() - t0) * 1e3
     return out, stats
 
 
-def _target_step(
-    target: CausalLM, seq: list[int], params: SamplingParams, generator: torch.Generator | None
-) -> Verdict:
+def _prefill(target: CausalLM, drafter: Drafter | None, prompt: list[int]) -> int:
+    """Bring the caches up to all prompt tokens but the last, reusing the longest cached prefix;
+    returns the target tokens reused."""
+    context = torch.tensor(prompt[:-1], dtype=torch.long)
+    reused = target.common_prefix(context)
+    target.rollback(reused)
+    if reused < len(context):
+        target.forward(context[reused:])
+    if drafter is not None:
+        drafter.prefill(prompt[:-1])
+    return reused
+
+
+def _target_step(target: CausalLM, seq: list[int], decoding: Decoding) -> int:
+    params = decoding.params
     logits = restrict(target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1], params)  # [V]
     if params.greedy:
-        return Verdict(0, int(torch.argmax(logits)))
-    return Verdict(0, sample(warp(logits, params), generator))
+        return int(torch.argmax(logits))
+    return sample(warp(logits, params), decoding.generator)
 
 
-def _speculative_round(
-    target: CausalLM,
-    drafter: Drafter,
-    seq: list[int],
-    k: int,
-    params: SamplingParams,
-    generator: torch.Generator | None,
-    stats: GenerationStats,
-    keep: KeepDrafting | None = None,
-) -> list[int]:
-    """One round; returns the emitted tokens: accepted drafts, then the recovered/bonus token."""
-    if k <= 0:
-        return [_target_step(target, seq, params, generator).next_token]
-    proposal = drafter.propose(seq, k, params, generator, keep)
-    if proposal.parents is not None:
-        return _tree_round(target, drafter, seq, proposal, params, generator, stats)
-    drafts = proposal.tokens  # [k]
-    k = int(drafts.numel())
-    n = len(seq)
+def speculative_round(target: CausalLM, drafter: Drafter, seq: list[int], budget: DraftBudget,
+                      decoding: Decoding) -> Round:
+    """Draft under ``budget``, verify in one target forward, roll both caches back to what holds."""
+    proposal = drafter.propose(seq, budget, decoding.params, decoding.generator)
+    if isinstance(proposal, Tree):
+        return tree_round(target, drafter, seq, proposal, decoding)
+    if len(proposal) == 0:
+        return Round([_target_step(target, seq, decoding)])
+    return chain_round(target, drafter, seq, proposal, decoding)
+
+
+def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain, decoding: Decoding) -> Round:
+    """Verify a chain of drafts; keep the accepted prefix in both caches."""
+    params = decoding.params
+    drafts = chain.tokens  # [k]
+    k, n = len(chain), len(seq)
     logits = restrict(target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts])), params)  # [k+1, V]
     if params.greedy:
         verdict = verify_greedy(logits, drafts)
     else:
         p = warp(logits, params)  # [k+1, V]
-        q = proposal.probs if proposal.probs is not None else _one_hot(drafts, p.shape[-1])  # [k, V]
-        verdict = verify_stochastic(p, q, drafts, generator)
+        q = chain.probs if chain.probs is not None else _one_hot(drafts, p.shape[-1])  # [k, V]
+        verdict = verify_stochastic(p, q, drafts, decoding.generator)
     a = verdict.accepted
     target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
     drafter.commit(n + a)
-    _count(stats, k, a)
-    return drafts[:a].tolist() + [verdict.next_token]
+    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.free)
 
 
-def _tree_round(
-    target: CausalLM,
-    drafter: Drafter,
-    seq: list[int],
-    proposal: Proposal,
-    params: SamplingParams,
-    generator: torch.Generator | None,
-    stats: GenerationStats,
-) -> list[int]:
+def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tree, decoding: Decoding) -> Round:
     """Verify a token tree in one target forward; keep the accepted path in both caches."""
+    params = decoding.params
     n = len(seq)
     fits = target.max_len - n  # the forward writes root + nodes at slots n-1 .. n-1+T
     tokens, parents = proposal.tokens[:fits], proposal.parents[:fits]  # [T]; the chain comes first
@@ -226,35 +239,20 @@ def _tree_round(
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
         q = probs if probs is not None else _one_hot(tokens, logits.shape[-1])  # [T, V]
-        verdict = tree.verify_tree_stochastic(warp(logits, params), q, tokens, parents, generator)
+        verdict = tree.verify_tree_stochastic(warp(logits, params), q, tokens, parents, decoding.generator)
     path = verdict.path
     target.keep(n, torch.tensor(path, dtype=torch.long))  # cache: seq + the accepted path
-    chain = proposal.chain_len
     on_chain = 0
     while on_chain < len(path) and path[on_chain] == on_chain:
         on_chain += 1
     drafter.commit(n + on_chain)  # the drafter's cache holds chain drafts only
-    stats.tree_nodes += t
-    stats.branch_hits += int(on_chain < len(path))
-    _count(stats, min(chain, t), len(path))
-    return tokens[path].tolist() + [verdict.next_token]
+    return Round(tokens[path].tolist() + [verdict.next_token], min(proposal.chain_len, t), len(path),
+                 tree_nodes=t, branch_hit=on_chain < len(path))
 
 
 def _one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
     """The draft distribution of deterministic drafts (n-gram lookup, greedy): one-hot rows."""
     return torch.zeros(int(tokens.numel()), vocab).scatter_(1, tokens[:, None], 1.0)
-
-
-def _count(stats: GenerationStats, drafted: int, accepted: int) -> None:
-    """Per round: ``drafted`` draft positions (a tree's depth), ``accepted`` of them kept."""
-    stats.drafted += drafted
-    stats.accepted += accepted
-    _grow(stats.drafted_at, drafted)
-    _grow(stats.accepted_at, drafted)
-    for i in range(drafted):
-        stats.drafted_at[i] += 1
-    for i in range(accepted):
-        stats.accepted_at[i] += 1
 
 
 def _grow(counts: list[int], n: int) -> None:

@@ -1,0 +1,48 @@
+"""How far one round drafts: every rule that stops drafting, in one object.
+
+The K policy (``policy.py``) makes a :class:`DraftBudget` for each round; the drafter asks it
+:meth:`~DraftBudget.may_draft` before paying each draft's forward and :meth:`~DraftBudget.keeps`
+once it sees the draft's distribution. The rules:
+
+- **k**: at most this many model drafts (the policy's choice, never past the tokens left);
+- **gate**: the policy's in-round gate, asked before each draft after the first with the drafter's
+  confidence (top probability) in each draft so far;
+- **min_prob**: a draft whose top probability is below this is not proposed (the round ends);
+- **free_k**: at most this many drafts that cost no model call (the previous suggestion's tokens).
+
+Every rule reads the draft's numbers only, never the target's: the output is unchanged by them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+# The policy's in-round gate: given the drafter's confidence in each draft of the round so far,
+# whether one more draft is worth its forward.
+Gate = Callable[[list[float]], bool]
+
+
+@dataclass(frozen=True)
+class DraftBudget:
+    k: int
+    gate: Gate | None = None
+    min_prob: float = 0.0
+    free_k: int = 0
+
+    @property
+    def wants_confidence(self) -> bool:
+        """Whether the drafter must compute its confidence for these rules."""
+        return self.gate is not None or self.min_prob > 0
+
+    def may_draft(self, confidences: list[float]) -> bool:
+        """Before the forward of draft ``len(confidences) + 1``."""
+        n = len(confidences)
+        if n >= self.k:
+            return False
+        return n == 0 or self.gate is None or self.gate(confidences)
+
+    def keeps(self, confidence: float, index: int) -> bool:
+        """Whether draft ``index`` (0-based), whose top probability is ``confidence``, is proposed;
+        the first draft always is."""
+        return index == 0 or confidence >= self.min_prob
