@@ -99,12 +99,10 @@ class CostModel:
 
 
 class AdaptiveK(_Budgets):
-    """``decay``: the weight of each new observation in the running acceptance estimates. On two
-    AVX2 cores K = 1 and K = 2 break even near a = 0.6 while the pair's acceptance sits near
-    0.7: with 0.1 (a ~10-round memory) the estimate's noise (sd ~0.1) crossed the break-even in
-    half the rounds and K auto drafted one token where two paid (session 5's suite: 1.48 drafts
-    per round, 1.44x vs K = 2's 1.49x). 0.03 remembers ~30 rounds (sd ~0.06): still two
-    completions' worth, so a file where the draft does badly turns K down within one or two."""
+    """K chosen per round from the cost model and a running acceptance estimate per draft
+    position. ``decay`` is the weight of each new observation: 0.03 remembers ~30 rounds, steady
+    enough that noise does not flip K between neighbouring break-evens, yet a file where the draft
+    does badly turns K down within a completion or two (bench/HISTORY.md has the measurements)."""
 
     gated = True
 
@@ -134,8 +132,7 @@ class AdaptiveK(_Budgets):
         acceptance (this round's evidence); the next one with the running estimate. Continue iff
         ``S * a_next * t > E * dt``: ``S`` the chance every draft so far is accepted, ``E`` and
         ``t`` the expected tokens and the time if the round stops now, ``dt`` one more draft step
-        plus the extra verified row. On two AVX2 cores a second draft needs a confidence of ~0.36
-        in the first."""
+        plus the extra verified row."""
         drafted = len(confidences)
         if drafted >= self.k_max:
             return False
@@ -191,9 +188,9 @@ class StructureK(_Budgets):
 def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = tuple(range(1, 10)),
                   context: int = 128, reps: int = 5) -> CostModel:
     """Time target forwards over n new tokens (after ``context`` cached ones) and one draft step:
-    every n from 1 to 9 by default (the curve is not linear: on two AVX2 cores T(2) ~ T(1), then
-    the kernels turn compute-bound, so a point interpolated between measured sizes is off by
-    several ms; sizes not in ``sizes`` are interpolated);
+    every n from 1 to 9 by default (the curve is not linear: a second row can be nearly free and
+    later ones cost more as the kernels turn compute-bound; sizes not in ``sizes`` are
+    interpolated);
     ``reps`` rounds, each timing every size and the draft once, interleaved (so the machine's
     drift touches all alike), medians. A forward over more tokens never costs less than one over
     fewer (a cheaper T(2) than T(1) is noise, and it would make the policy over-value drafting
