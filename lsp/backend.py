@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from specd.engine.engine import CompletionRequest
+from specd.requests import CompletionRequest
 
 
 class BackendUnavailable(Exception):

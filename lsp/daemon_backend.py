@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from specd.daemon.client import AsyncClient
 from specd.daemon.protocol import INVALID_PARAMS, REQUEST_CANCELLED
-from specd.engine.engine import CompletionRequest
+from specd.requests import CompletionRequest
 from specd.lsp.autostart import DaemonSpawner
 from specd.lsp.backend import BackendUnavailable, Superseded
 

@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Callable
 
-from specd.engine.engine import Cancelled, CompletionRequest, Engine, RequestError
+from specd.engine.engine import Engine
+from specd.requests import Cancelled, CompletionRequest, RequestError
 from specd.lsp.backend import BackendUnavailable, Superseded
 
 

@@ -5,10 +5,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from threading import Event
 from typing import Any, BinaryIO
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.io_ import StdoutWriter
@@ -34,8 +36,6 @@ class WorkspaceDocuments:
         self.server = server
 
     def get(self, uri: str) -> DocumentState | None:
-        from urllib.parse import unquote
-
         doc = self.server.workspace.text_documents.get(unquote(uri))
         if doc is None:
             return None
@@ -159,8 +159,6 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings(),
 def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:
     """``initializationOptions`` or ``workspace/didChangeConfiguration`` settings (optionally under
     ``"specd"``): ``{"maxTokens": int, "repoContext": bool}``; bad values are logged and ignored."""
-    import dataclasses
-
     if not isinstance(options, dict):
         return settings
     max_tokens = options.get("maxTokens")

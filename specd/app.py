@@ -14,11 +14,13 @@ from pathlib import Path
 
 import torch
 
-from specd.engine.engine import Engine, EngineConfig
+from specd.engine.config import EngineConfig
+from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, measure_costs
-from specd.models.loader import load_model
+from specd.models.loader import load_model, resolve
 from specd.models.protocol import CausalLM
-from specd.models.registry import cache_root
+from specd.models.pull import gguf_path
+from specd.models.registry import PUBLISHED, cache_root
 
 COSTS_KEY_VERSION = "costs-v3"  # bump when what the cost curve measures changes
 
@@ -43,6 +45,23 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
         costs = step_costs(config, target.model, draft_model)
     return Engine(target.model, target.tokenizer, draft_model, draft.tokenizer if draft else None, config,
                   costs=costs)
+
+
+def model_directory(spec: str) -> Path:
+    """The Hugging Face directory a model spec (``--target`` / ``--draft``) loads from, converted
+    or fetched first when needed (for tools that run the same model another way: the bench's
+    anchors)."""
+    return resolve(spec)
+
+
+def gguf_file(spec: str | None) -> Path | None:
+    """The GGUF file behind a model spec: a published model's, or the spec itself when it names
+    a ``.gguf``; None otherwise."""
+    if spec is None:
+        return None
+    if spec in PUBLISHED:
+        return gguf_path(PUBLISHED[spec])
+    return Path(spec).expanduser() if spec.endswith(".gguf") else None
 
 
 def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -> CostModel:

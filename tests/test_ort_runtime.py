@@ -285,13 +285,14 @@ def test_unsupported_mode_and_backend(tmp_path) -> None:
 
 
 def test_backend_flags_reach_the_engine_config() -> None:
-    from specd.cli import ENGINE_FLAG_NAMES, _engine_config, build_parser
+    from specd.cli import build_parser
+    from specd.cli.flags import ENGINE_FLAG_NAMES, engine_config
 
     assert {"target_backend", "draft_backend"} <= set(ENGINE_FLAG_NAMES)
     for command in (["serve"], ["complete", "--prefix", "x"]):
         args = build_parser().parse_args([*command, "--target-backend", "ort", "--draft-backend", "ort",
                                           "--config", "/dev/null"])
-        config = _engine_config(args)
+        config = engine_config(args)
         assert (config.target_backend, config.draft_backend) == ("ort", "ort")
 
 
@@ -319,12 +320,12 @@ def test_greedy_token_trees_match_target_only() -> None:
 
 
 def test_target_mode_ignores_the_draft_backend_when_matching_a_daemon() -> None:
-    from specd.daemon.cli import _comparable
+    from specd.cli.complete import comparable
 
     mine = {"target": "t", "target_backend": "ort", "draft": "d", "draft_backend": "ort"}
     theirs = {**mine, "draft_backend": "torch"}
-    assert _comparable(mine, "target", False) == _comparable(theirs, "target", False)
-    assert _comparable(mine, "spec", False) != _comparable(theirs, "spec", False)
+    assert comparable(mine, "target", False) == comparable(theirs, "target", False)
+    assert comparable(mine, "spec", False) != comparable(theirs, "spec", False)
 
 
 def test_read_only_model_directory_stores_the_graph_in_the_cache(tmp_path, monkeypatch) -> None:

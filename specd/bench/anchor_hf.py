@@ -18,7 +18,7 @@ INSTALL = "pip install transformers"
 
 def unavailable(target_dir: Path, draft_dir: Path | None, mode: Mode) -> str | None:
     """Why this anchor cannot run here, or None."""
-    try:
+    try:  # an optional anchor: transformers may be missing, and it takes seconds to import
         import transformers  # noqa: F401
     except ImportError:
         return f"{mode.name}: transformers is not installed ({INSTALL})"
@@ -48,7 +48,7 @@ class _FirstToken:
 
 class HFRunner:
     def __init__(self, mode: Mode, target_dir: Path, draft_dir: Path | None, stop_ids: frozenset[int]) -> None:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM  # imported here: see unavailable()
 
         self.mode = mode
         self.model = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()

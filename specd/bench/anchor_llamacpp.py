@@ -14,6 +14,8 @@ import os
 import time
 from pathlib import Path
 
+import numpy as np
+
 from specd.bench.measurement import Measurement, decode_ms_per_token
 from specd.bench.modes import Mode
 from specd.bench.rss import peak_rss_mb, reset_peak
@@ -26,7 +28,7 @@ MAX_NGRAM = 3  # lookup n-gram sizes tried, longest first, down to 1
 
 
 def unavailable(gguf: Path | None, mode: Mode) -> str | None:
-    try:
+    try:  # an optional anchor: llama-cpp-python is usually not installed
         import llama_cpp  # noqa: F401
     except ImportError as e:
         return f"{mode.name}: llama-cpp-python is not installed ({e}); {INSTALL}"
@@ -38,7 +40,7 @@ def unavailable(gguf: Path | None, mode: Mode) -> str | None:
 
 class LlamaCppRunner:
     def __init__(self, mode: Mode, gguf: Path, threads: int, n_ctx: int, stop_ids: frozenset[int]) -> None:
-        from llama_cpp import Llama
+        from llama_cpp import Llama  # imported here: see unavailable()
 
         self.mode = mode
         self.llm = Llama(model_path=str(gguf), n_ctx=n_ctx, n_threads=threads or os.cpu_count() or 1,
@@ -79,8 +81,6 @@ class LlamaCppRunner:
     def _verify(self, tokens: list[int]) -> list[int]:
         """Decode ``tokens`` after the cached ones in one batch, logits for every row; the greedy
         next token after each of them."""
-        import numpy as np
-
         llm = self.llm
         n_past, n = llm.n_tokens, len(tokens)
         llm._batch.set_batch(batch=tokens, n_past=n_past, logits_all=True)

@@ -21,6 +21,7 @@ def unavailable() -> str | None:
 
 
 def _pyplot():
+    # imported here: matplotlib is optional (the bench extra), and unavailable() asks before a run
     import matplotlib
 
     matplotlib.use("Agg")

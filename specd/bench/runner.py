@@ -9,7 +9,8 @@ from specd.bench.measurement import Measurement, decode_ms_per_token
 from specd.bench.modes import Mode
 from specd.bench.rss import peak_rss_mb, reset_peak
 from specd.bench.tasks import Task
-from specd.engine.engine import CompletionRequest, Engine
+from specd.engine.engine import Engine
+from specd.requests import CompletionRequest
 
 
 class Runner(Protocol):

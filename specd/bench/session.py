@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.bench import anchor_hf, anchor_llamacpp
+from specd.bench import anchor_hf, anchor_llamacpp, anchor_llamacpp_server
 from specd.bench.errors import BenchError
 from specd.bench.machine import git_commit, machine_info
 from specd.bench.measurement import Measurement
@@ -20,8 +20,10 @@ from specd.bench.runner import Runner, SpecdRunner
 from specd.bench.stats import per_task, summarize
 from specd.bench.tasks import Task
 from specd.bench.verify_curve import SIZES, verify_curve
-from specd.app import build_engine
-from specd.engine.engine import CompletionRequest, Engine, EngineConfig
+from specd.app import build_engine, gguf_file, model_directory
+from specd.engine.config import EngineConfig
+from specd.engine.engine import Engine
+from specd.requests import CompletionRequest
 
 
 @dataclass(frozen=True)
@@ -53,34 +55,25 @@ class BenchConfig:
                                  "give --draft or drop the mode from --modes")
 
 
-def _gguf_of(spec: str | None) -> Path | None:
-    from specd.models.pull import gguf_path
-    from specd.models.registry import PUBLISHED
-
-    if spec is None:
-        return None
-    if spec in PUBLISHED:
-        return gguf_path(PUBLISHED[spec])
-    return Path(spec).expanduser() if spec.endswith(".gguf") else None
-
-
 def _anchor(mode: Mode, config: BenchConfig, engine: Engine) -> tuple[Runner | None, str | None]:
     """The anchor's runner, or None and a note saying why it is skipped."""
-    from specd.models.loader import resolve
-
     stop = engine.prompts.stop_ids
     try:
         if mode.kind.startswith("hf-"):
-            target_dir = resolve(config.engine.target)
-            draft_dir = resolve(config.engine.draft) if config.engine.draft else None
+            target_dir = model_directory(config.engine.target)
+            draft_dir = model_directory(config.engine.draft) if config.engine.draft else None
             why = anchor_hf.unavailable(target_dir, draft_dir, mode)
             return (None, why) if why else (anchor_hf.HFRunner(mode, target_dir, draft_dir, stop), None)
-        gguf = _gguf_of(config.engine.target)
+        gguf = gguf_file(config.engine.target)
+        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 16
+        if mode.kind == "llamacpp-server":  # llama.cpp's own binaries, built once into specd's cache
+            why = anchor_llamacpp_server.unavailable(gguf, mode)
+            return (None, why) if why else (anchor_llamacpp_server.LlamaServerRunner(
+                mode, gguf, config.engine.threads, n_ctx), None)
         why = anchor_llamacpp.unavailable(gguf, mode)
         if why:
             return None, why
-        # the longest prompt and its completion; lookup drafts never reach past max_tokens
-        n_ctx = max(len(engine.prompts.build(t.prefix, t.suffix)) for t in config.tasks) + config.max_tokens + 16
+        # n_ctx: the longest prompt and its completion; lookup drafts never reach past max_tokens
         return anchor_llamacpp.LlamaCppRunner(mode, gguf, config.engine.threads, n_ctx, stop), None
     except Exception as e:  # an anchor that fails to load is skipped, never faked
         return None, f"{mode.name}: skipped, failed to load: {type(e).__name__}: {e}"

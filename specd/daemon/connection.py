@@ -4,23 +4,38 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from specd.daemon import protocol as rpc
+from specd.daemon.config import DaemonConfig
 from specd.daemon.framing import TOO_LARGE, LineReader
 from specd.daemon.peer import peer_allowed, peer_closed
-from specd.daemon.scheduler import Done, Failed, Job, SchedulerClosed, WasCancelled
-from specd.engine.engine import RequestError
-
-if TYPE_CHECKING:
-    from specd.daemon.server import Server
+from specd.daemon.scheduler import Done, Failed, Job, Scheduler, SchedulerClosed, WasCancelled
+from specd.daemon.stats import DaemonStats
+from specd.requests import RequestError
 
 HALF_CLOSE_POLL_S = 0.2  # while a half-closed client waits for answers: how often to look for a hang-up
 
 
+class Host(Protocol):
+    """What a connection needs from the server that accepted it (``specd.daemon.server.Server``)."""
+
+    config: DaemonConfig
+    scheduler: Scheduler
+    stats: DaemonStats
+    max_len: int  # the engine's context: longest prompt plus completion
+    draining: bool  # stopping: new requests are refused
+
+    def stats_dict(self) -> dict[str, Any]: ...
+
+    def health(self) -> dict[str, Any]: ...
+
+    def request_exit(self, why: str) -> None: ...
+
+
 class Connection:
     def __init__(self, cid: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 server: "Server") -> None:
+                 server: Host) -> None:
         self.cid = cid
         self.reader = reader
         self.writer = writer

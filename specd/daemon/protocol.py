@@ -6,12 +6,12 @@ with :func:`json.loads` (no NaN/Infinity), and checked field by field.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
-from specd.engine.engine import CompletionRequest
+from specd.requests import CompletionRequest
+from specd.schema import json_types, setting
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -110,14 +110,20 @@ def salvage_id(line: bytes) -> RequestId:
 
 # -- complete ------------------------------------------------------------------------------------
 
-_COMPLETE_TYPES: dict[str, tuple[type, ...]] = {
-    "prefix": (str,), "suffix": (str,), "max_tokens": (int,), "temperature": (int, float),
-    "top_p": (int, float), "top_k": (int,), "seed": (int, type(None)), "stop": (list, str),
-    "mode": (str,), "stream": (bool,), "session": (str, type(None)), "k": (int, type(None)),
-    "context": (str,),
-}
-_REQUEST_FIELDS = {f.name for f in dataclasses.fields(CompletionRequest)}
-_COMPLETE_TYPES = {k: v for k, v in _COMPLETE_TYPES.items() if k in _REQUEST_FIELDS | {"stream", "session"}}
+@dataclass(frozen=True)
+class DeliveryOptions:
+    """The ``complete`` parameters that are about the daemon's delivery, not the completion."""
+
+    stream: bool = setting(False, help="send complete/delta notifications as text is verified")
+    session: str | None = setting(None, help="a newer request of the same session supersedes this one")
+
+
+# every field of the request, and the delivery options: derived, so a new request field is a
+# parameter at once
+_REQUEST_TYPES = json_types(CompletionRequest)
+_COMPLETE_TYPES = {**_REQUEST_TYPES, **json_types(DeliveryOptions)}
+MAX_SESSION_CHARS = 256
+MAX_STOPS = 16
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
                list: "a list", type(None): "null"}
 
@@ -130,6 +136,8 @@ class CompleteParams:
 
 
 def parse_complete(params: dict[str, Any]) -> CompleteParams:
+    """``complete``'s parameters, each of its JSON type (ranges are the request's own
+    :meth:`~specd.requests.CompletionRequest.validate`); raises RpcError naming the parameter."""
     for name, value in params.items():
         if name not in _COMPLETE_TYPES:
             raise invalid_params(name[:100], f"unknown parameter; known: {', '.join(_COMPLETE_TYPES)}")
@@ -141,18 +149,19 @@ def parse_complete(params: dict[str, Any]) -> CompleteParams:
         raise invalid_params("prefix", "required")
     stop = params.get("stop", [])
     stop = [stop] if isinstance(stop, str) else stop
-    if not all(isinstance(s, str) and s for s in stop) or len(stop) > 16:
-        raise invalid_params("stop", "must be at most 16 non-empty strings")
-    for name in ("prefix", "suffix", "session", "context"):
-        _check_text(name, params.get(name))
+    if not all(isinstance(s, str) and s for s in stop) or len(stop) > MAX_STOPS:
+        raise invalid_params("stop", f"must be at most {MAX_STOPS} non-empty strings")
+    for name, value in params.items():
+        if name != "stop":
+            _check_text(name, value)
     for s in stop:
         _check_text("stop", s)
     if isinstance(params.get("seed"), int) and not 0 <= params["seed"] < 2**63:
         raise invalid_params("seed", "must be in 0..2**63-1")
     session = params.get("session")
-    if session is not None and not 0 < len(session) <= 256:
-        raise invalid_params("session", "must be 1..256 characters")
-    fields = {k: v for k, v in params.items() if k not in ("stream", "session", "stop")}
+    if session is not None and not 0 < len(session) <= MAX_SESSION_CHARS:
+        raise invalid_params("session", f"must be 1..{MAX_SESSION_CHARS} characters")
+    fields = {k: v for k, v in params.items() if k in _REQUEST_TYPES and k != "stop"}
     request = CompletionRequest(stop=tuple(stop), **fields)
     return CompleteParams(request, bool(params.get("stream", False)), session)
 

@@ -14,9 +14,12 @@ import threading
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-from specd.engine.engine import Cancelled, Completion, CompletionRequest, Engine, RequestError
+from specd.requests import Cancelled, CompletionRequest, RequestError
+
+if TYPE_CHECKING:  # types only: the daemon is handed a built engine and never imports torch itself
+    from specd.engine.engine import Completion, Engine
 
 
 @dataclass(frozen=True)

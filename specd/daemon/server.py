@@ -10,25 +10,29 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import json
+import logging
 import os
 import signal
-import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specd.daemon.config import DaemonConfig
 from specd.daemon.connection import Connection
 from specd.daemon.listener import Listener
 from specd.daemon.scheduler import Scheduler
 from specd.daemon.stats import DaemonStats
-from specd.engine.engine import Engine
+
+if TYPE_CHECKING:  # a type only: the daemon is handed a built engine and never imports torch itself
+    from specd.engine.engine import Engine
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PROTOCOL_VERSION = 1
+logger = logging.getLogger("specd.daemon")  # ``specd serve`` sends it to stderr as "specd: ..."
 
 
 def log(message: str) -> None:
-    print(f"specd: {message}", file=sys.stderr, flush=True)
+    logger.info(message)
 
 
 class Server:
@@ -143,6 +147,4 @@ class Server:
 
 def engine_description(engine: Engine) -> dict[str, Any]:
     """The engine's configuration as JSON values (clients compare it with their own)."""
-    import json
-
     return json.loads(json.dumps(dataclasses.asdict(engine.config), default=str))

@@ -7,9 +7,10 @@ import os
 import resource
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specd.engine.speculative import GenerationStats
+if TYPE_CHECKING:  # a type only: the daemon never imports torch itself
+    from specd.engine.speculative import GenerationStats
 
 LATENCY_WINDOW = 1000  # latest served requests the percentiles cover
 

@@ -14,8 +14,8 @@ keeps its last ``max_context_tokens`` tokens, starting at a file boundary when c
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
+from specd.engine.config import PromptWindows
 from specd.models.tokenizer import Tokenizer
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
@@ -25,16 +25,6 @@ STOP_TOKENS = (
 )
 REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 _CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
-
-
-@dataclass(frozen=True)
-class PromptWindows:
-    max_prefix_tokens: int = 1024
-    # In FIM order a keystroke recomputes every suffix token, in both models. Measured here:
-    # 32 tokens answer a keystroke in 3.2 s (p50), 256 in 16.7 s, at no measurable cost in
-    # completion quality on the bench tasks (bench/RESULTS.md, "keystrokes").
-    max_suffix_tokens: int = 32
-    max_context_tokens: int = 1024
 
 
 class PromptBuilder:

@@ -25,12 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-# Temperatures below this are greedy: the warped distribution is already one-hot on the argmax in
-# float32, and smaller ones would overflow ``logits / T``.
-GREEDY_BELOW = 1e-4
-# Above this the warped distribution is uniform over the vocabulary to float32 precision: such a
-# request is refused rather than answered with noise.
-MAX_TEMPERATURE = 100.0
+from specd.requests import GREEDY_BELOW, MAX_TEMPERATURE, CompletionRequest
 
 
 @dataclass(frozen=True)
@@ -57,6 +52,11 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_BELOW
+
+
+def sampling_params(request: CompletionRequest, allowed: torch.Tensor | None = None) -> SamplingParams:
+    """How a validated request's tokens are chosen (``allowed``: see :class:`SamplingParams`)."""
+    return SamplingParams(float(request.temperature), float(request.top_p), int(request.top_k), allowed)
 
 
 def restrict(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

@@ -1,4 +1,8 @@
-"""``specd lsp``: the language server over stdio (or TCP for debugging)."""
+"""``specd lsp``: the language server over stdio (or TCP for debugging), answering from the daemon
+(started in the background when none runs) or from an engine in this process (``--in-process``).
+
+Over the daemon, nothing here imports torch: the engine is imported only with ``--in-process``.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specd.cli.flags import add_engine_flags, daemon_socket, engine_argv, engine_config
+from specd.lsp.autostart import DaemonSpawner
+from specd.lsp.backend import Backend
+from specd.lsp.daemon_backend import DaemonBackend
 
 
 def register(subparsers: Any) -> None:
-    from specd.cli import _add_engine_flags
-
     p = subparsers.add_parser("lsp", help="language server for editors (completions from the daemon)")
     p.add_argument("--socket", type=Path, help="the daemon's socket (default: as `specd serve`)")
     p.add_argument("--in-process", action="store_true", help="embed the engine instead of using the daemon")
@@ -26,44 +32,19 @@ def register(subparsers: Any) -> None:
                    help="largest message body read; larger ones are skipped (default: 64 MiB)")
     p.add_argument("--log-file", type=Path, help="write the server's log here (default: stderr)")
     p.add_argument("--verbose", action="store_true")
-    _add_engine_flags(p)
+    add_engine_flags(p)
     p.set_defaults(func=cmd_lsp)
 
 
-def engine_argv(args: argparse.Namespace) -> list[str]:
-    """The engine flags given to ``specd lsp``, for the ``specd serve`` it starts."""
-    out: list[str] = []
-    from specd.cli import ENGINE_FLAG_NAMES
-
-    for name in ("config", *ENGINE_FLAG_NAMES):
-        value = getattr(args, name, None)
-        if value is not None:
-            out += [f"--{name.replace('_', '-')}", str(value)]
-    return out
-
-
-def socket_path(args: argparse.Namespace) -> Path:
-    if args.socket is not None:
-        return args.socket
-    from specd.config import load_toml
-    from specd.daemon.config import daemon_config
-
-    table = load_toml(args.config).get("daemon", {})
-    return daemon_config({k: v for k, v in table.items() if k == "socket"}, {}).socket_path
-
-
-def make_backend(args: argparse.Namespace, log: Any):
+def make_backend(args: argparse.Namespace, log: Any) -> Backend:
     if args.in_process:
-        from specd.cli import _engine_config
+        # imported here: only --in-process loads the engine (torch, the models)
         from specd.app import build_engine
         from specd.lsp.inprocess import InProcessBackend
 
-        config = _engine_config(args)  # config errors surface now, before the editor waits
+        config = engine_config(args)  # config errors surface now, before the editor waits
         return InProcessBackend(lambda: build_engine(config))
-    from specd.lsp.autostart import DaemonSpawner
-    from specd.lsp.daemon_backend import DaemonBackend
-
-    path = socket_path(args)
+    path = daemon_socket(args)
     spawner = None
     if args.autostart:
         argv = [sys.executable, "-m", "specd", "serve", "--socket", str(path), *engine_argv(args)]
@@ -72,6 +53,7 @@ def make_backend(args: argparse.Namespace, log: Any):
 
 
 def cmd_lsp(args: argparse.Namespace) -> int:
+    # imported here: pygls and lsprotocol take most of a second, which `specd complete` need not pay
     from specd.lsp.framing import MAX_MESSAGE_BYTES
     from specd.lsp.server import build_server
     from specd.lsp.settings import LspSettings

@@ -9,14 +9,18 @@ import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+import specd
 from specd.bench.errors import BenchError
+from specd.bench.modes import HELP, parse_modes
+from specd.bench.plots import draw_all, unavailable
+from specd.bench.report import markdown, text_table
+from specd.bench.tasks import load_tasks, quick_tasks, select_tasks
+from specd.cli.flags import add_engine_flags, engine_config
 
 
-def register(subparsers) -> None:
-    from specd.cli import _add_engine_flags
-    from specd.bench.modes import HELP
-
+def register(subparsers: Any) -> None:
     b = subparsers.add_parser(
         "bench", help="measure latency on real-code completion tasks (specd modes and anchors)",
         description="Run fill-in-the-middle tasks cut from real code through specd's modes and optional "
@@ -42,15 +46,13 @@ def register(subparsers) -> None:
                         "is prefilled once, untimed, and every run reuses it (a daemon after the first keystroke)")
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
-    _add_engine_flags(b)
+    add_engine_flags(b)
     b.set_defaults(func=cmd_bench)
 
 
 def _default_out() -> Path:
     """``bench/out/<time>`` of the source checkout specd runs from (an editable install), else
     ``./specd-bench/<time>``: never inside an installed package."""
-    import specd
-
     checkout = Path(specd.__file__).resolve().parents[1]
     bench = checkout / "bench"
     in_checkout = bench.is_dir() and (checkout / "pyproject.toml").is_file()
@@ -67,11 +69,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from specd.bench.modes import parse_modes
-    from specd.bench.tasks import load_tasks, quick_tasks, select_tasks
-    from specd.cli import _engine_config
+    # imported here: the bench session builds engines (torch, the models), which the other
+    # commands need not load
+    from specd.bench.session import BenchConfig, run_bench
 
-    config = _engine_config(args)
+    config = engine_config(args)
     if args.quick:  # short prompts: a cold prefill is most of a run's time on a small CPU
         w = config.windows
         config = config.replace(windows=dataclasses.replace(
@@ -87,16 +89,12 @@ def _bench(args: argparse.Namespace) -> int:
         config = config.replace(k="auto")  # the engine builds its K policy; fixed-K modes name K per request
     if not any(m.needs_draft for m in modes):
         config = config.replace(draft=None)  # nothing drafts: do not load the draft
-    from specd.bench.session import BenchConfig, run_bench
-
     bench = BenchConfig(engine=config, modes=modes, tasks=tuple(tasks), reps=reps, max_tokens=max_tokens,
                         verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup, kv=kv,
                         progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]))
     bench.check()  # bad input fails before any model loads
     plots, plots_note = args.plots, None
     if plots:  # an optional dependency (the bench extra): checked before any work, skipped with a note
-        from specd.bench.plots import unavailable
-
         plots_note = unavailable()
         if plots_note:
             plots = False
@@ -110,8 +108,6 @@ def _bench(args: argparse.Namespace) -> int:
     if plots_note:
         doc["notes"].append(plots_note)
     write_outputs(doc, out, plots=plots)
-    from specd.bench.report import text_table
-
     print(text_table(doc))
     for n in doc["notes"]:
         print(f"note: {n}")
@@ -120,13 +116,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def write_outputs(doc: dict, out: Path, plots: bool = True) -> list[str]:
-    from specd.bench.report import markdown
-
     (out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     names = []
     if plots:
-        from specd.bench.plots import draw_all
-
         names = draw_all(doc, out)
     (out / "report.md").write_text(markdown(doc, names))
     return names

@@ -1,0 +1,71 @@
+"""``specd serve``: load the models once and serve completions on the daemon's Unix socket."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from typing import Any, Awaitable, Callable
+
+from specd.cli.flags import add_daemon_flags, add_engine_flags, daemon_config, engine_config
+from specd.daemon.listener import Listener, ListenerError
+from specd.daemon.server import Server, log
+
+
+def register(subparsers: Any) -> None:
+    s = subparsers.add_parser("serve", help="keep the models loaded and serve completions on a Unix socket")
+    add_daemon_flags(s)
+    add_engine_flags(s)
+    s.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    # imported here: `specd complete` and `specd lsp` share this module's parser but not the engine
+    from specd.app import build_engine
+
+    _log_to_stderr()
+    config = daemon_config(args)
+    settings = engine_config(args)
+    listener = Listener(config.socket_path)
+    try:
+        listener.open()  # before loading: a second daemon is refused at once
+    except ListenerError as e:
+        print(f"specd: error: {e}", file=sys.stderr)
+        return 2
+    try:
+        log(f"loading {settings.target} (draft {settings.draft})")
+        engine = build_engine(settings)
+        server = Server(engine, config, listener)
+        return run_on_event_loop(server.serve)
+    finally:
+        listener.close()
+
+
+def _log_to_stderr() -> None:
+    """The daemon's log lines on stderr, as ``specd: <message>``."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("specd: %(message)s"))
+    logger = logging.getLogger("specd.daemon")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+
+
+def run_on_event_loop(main: Callable[[], Awaitable[int]]) -> int:
+    """Run ``main()`` on a uvloop event loop, or plain asyncio (with a warning) without uvloop."""
+    try:
+        # imported here: only the daemon runs an event loop; and it may be missing (the fallback)
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    except ImportError:
+        log("warning: uvloop is not installed; using the plain asyncio event loop")
+        factory = asyncio.new_event_loop
+    loop = factory()
+    try:
+        asyncio.set_event_loop(loop)
+        return loop.run_until_complete(main())
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

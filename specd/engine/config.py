@@ -1,0 +1,117 @@
+"""The engine's settings, declared once (:mod:`specd.schema`): the ``[engine]`` table of the config
+file, the model and engine flags of every command (``--target``, ``--k``, ...), and the
+``engine`` object the daemon reports in ``health``.
+
+Torch-free: a client that only talks to the daemon reads these settings without loading a model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from specd.models.modes import (
+    BACKENDS,
+    DEFAULT_DRAFT_QUANT,
+    DEFAULT_TARGET_QUANT,
+    DRAFT_QUANTS,
+    TARGET_QUANTS,
+)
+from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.requests import K_MAX
+from specd.schema import nested, setting
+
+DRAFTERS = ("model", "ngram", "both")
+TREE = ("on", "off")
+
+
+def parse_k(text: str) -> int | str:
+    """A ``--k`` value: an integer, or "auto"."""
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"expected an integer or 'auto', got {text!r}") from None
+
+
+def _check_k(value: int | str) -> str | None:
+    if value == "auto":
+        return None
+    if isinstance(value, str):
+        return f'an integer or "auto", got {value!r}'
+    return None if 0 <= value <= K_MAX else f'must be in 0..{K_MAX} or "auto", got {value}'
+
+
+def _positive(value: int) -> str | None:
+    return None if value >= 1 else "must be a positive integer"
+
+
+def _not_negative(value: float) -> str | None:
+    return None if value >= 0 else "must be >= 0"
+
+
+def _probability(value: float) -> str | None:
+    return None if 0.0 <= value <= 1.0 else "must be in [0, 1]"
+
+
+def _device(value: str) -> str | None:
+    return None if value == "cpu" or value.startswith("cuda") else f"must be cpu or cuda[:N], got {value!r}"
+
+
+def _model_or_none(value: str) -> str | None:
+    return None if value in ("", "none") else value
+
+
+@dataclass(frozen=True)
+class PromptWindows:
+    max_prefix_tokens: int = setting(1024, check=_positive, help="prefix window: tokens before the cursor")
+    # In FIM order a keystroke recomputes every suffix token, in both models. Measured here:
+    # 32 tokens answer a keystroke in 3.2 s (p50), 256 in 16.7 s, at no measurable cost in
+    # completion quality on the bench tasks (bench/RESULTS.md, "keystrokes").
+    max_suffix_tokens: int = setting(32, check=_positive,
+                                     help="suffix window: tokens after the cursor (each keystroke recomputes them)")
+    max_context_tokens: int = setting(1024, check=_positive, help="repository context window, in tokens")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    target: str = setting(DEFAULT_TARGET, help="target model: a published name, .gguf file, HF directory or hub id")
+    draft: str | None = setting(DEFAULT_DRAFT, convert=_model_or_none,
+                                help="draft model (same forms), or 'none' for target-only")
+    target_quant: str = setting(DEFAULT_TARGET_QUANT, choices=TARGET_QUANTS,
+                                help="target weights (int8: batch-invariant on the CPU in both runtimes)")
+    draft_quant: str = setting(DEFAULT_DRAFT_QUANT, choices=DRAFT_QUANTS, help="draft weights")
+    # >0: the draft scores only the N most frequent code tokens (65536: ~1 % of the bench prompts'
+    # tokens fall outside it in Python, JavaScript and C; 32768 leaves 3-5 % out)
+    draft_head_vocab: int = setting(65536, check=_not_negative,
+                                    help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
+    drafter: str = setting("model", choices=DRAFTERS,
+                           help="draft source: the draft model, prompt lookup (n-gram), or both (n-gram when it "
+                                "finds a match, else the model)")
+    device: str = setting("cpu", check=_device, help="cpu or cuda[:N]")
+    # auto: StructureK with the in-round gate (suite: 1.51x geomean vs K = 2 1.47x)
+    k: int | str = setting("auto", parse=parse_k, check=_check_k,
+                           help="draft tokens per round, or 'auto' (chosen per round; requests may override)")
+    draft_min_prob: float = setting(0.0, check=_probability,
+                                    help="the model drafter ends a round when its top probability falls below this")
+    tree: str = setting("off", choices=TREE,
+                        help="token trees: verify several candidates where the draft is unsure")
+    tree_width: int = setting(3, check=_positive, help="candidates per uncertain draft position with --tree on")
+    tree_branch_below: float = setting(0.5, check=_probability,
+                                       help="with --tree on: branch where the draft's top probability is below this")
+    max_len: int = setting(4096, check=_positive, help="KV cache capacity in tokens")
+    windows: PromptWindows = nested(PromptWindows)
+    threads: int = setting(0, check=_not_negative, shown_default="0, the library's: all cores",
+                           help="torch (and ONNX Runtime) intra-op threads")
+    # auto: on the CPU, int8 | int4 on torch with specd's kernels (layers fused in C), ONNX Runtime
+    # without them (and for fp32); torch otherwise (CUDA, bf16, fp8)
+    target_backend: str = setting("auto", choices=BACKENDS,
+                                  help="target runtime: auto (on the CPU, torch with specd's kernels for int8 | int4 "
+                                       "where they are built, else ort; ort for fp32; torch elsewhere), torch, or "
+                                       "ort (ONNX Runtime)")
+    draft_backend: str = setting("auto", choices=BACKENDS, help="draft runtime: auto (as for the target), torch, or ort")
+
+    def replace(self, **changes: Any) -> EngineConfig:
+        return dataclasses.replace(self, **changes)

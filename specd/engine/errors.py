@@ -1,0 +1,8 @@
+"""Errors the engine raises while it is put together, importable without torch (the CLI names
+them in one error line)."""
+
+from __future__ import annotations
+
+
+class VocabularyMismatch(ValueError):
+    """A draft whose token ids do not mean what the target's mean."""
