@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Callable
 
-from specd.engine.engine import CompletionRequest
+from specd.requests import CompletionRequest
 from specd.lsp.backend import Backend, BackendUnavailable, Superseded
 from specd.lsp.context import OtherFile, RecentEdits, display_path, repo_context
 from specd.lsp.documents import DocumentState, Documents
