@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from specd.models.loader import load_model, resolve
+from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specd.models.tokenizer import Tokenizer
 
 SIZES = (1, 2, 3, 5, 9, 17)
@@ -35,7 +36,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(2)
     role, quant = args.model.split(":")
-    spec = "qwen2.5-coder-1.5b" if role == "target" else "qwen2.5-coder-0.5b"
+    spec = DEFAULT_TARGET if role == "target" else DEFAULT_DRAFT
     models = {b: _load(spec, quant, b) for b in args.backends.split(",")}
     ids = Tokenizer.from_file(resolve(spec) / "tokenizer.json").encode(Path(json.__file__).read_text())
     for m in models.values():

@@ -19,6 +19,7 @@ import torch
 from quant_quality import acceptance, compare, held_out_texts, logprobs
 
 from specd.models.loader import load_model
+from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def main() -> None:
@@ -28,7 +29,7 @@ def main() -> None:
     for variant in sys.argv[1].split(","):
         role, quant, backend = variant.split(":")
         backend, _, head = backend.partition("@")
-        spec = "qwen2.5-coder-1.5b" if role == "target" else "qwen2.5-coder-0.5b"
+        spec = DEFAULT_TARGET if role == "target" else DEFAULT_DRAFT
         ref = torch.cat(torch.load(Path(__file__).resolve().parent / "out" / f"ref-{spec}-256.pt"))
         m = load_model(spec, quant=quant, max_len=300, backend=backend, threads=2, head_vocab=int(head or 0))
         q = torch.cat([logprobs(m.model, ids) for ids in held_out_texts(256, m.tokenizer)])

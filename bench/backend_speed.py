@@ -18,6 +18,7 @@ from specd.bench.stats import spread
 from specd.bench.verify_curve import forward_ms
 from specd.models.loader import load_model
 from specd.models.memory import rss_bytes
+from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 SIZES = (1, 2, 3, 5, 9, 17)
 
@@ -26,7 +27,7 @@ def main() -> None:
     torch.set_num_threads(2)
     for variant in sys.argv[1].split(","):
         role, quant, backend = variant.split(":")
-        spec = "qwen2.5-coder-1.5b" if role == "target" else "qwen2.5-coder-0.5b"
+        spec = DEFAULT_TARGET if role == "target" else DEFAULT_DRAFT
         t0 = time.perf_counter()
         m = load_model(spec, quant=quant, max_len=1024, backend=backend, threads=2)
         load_s = time.perf_counter() - t0

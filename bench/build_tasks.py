@@ -26,6 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
+from specd.models.registry import DEFAULT_TARGET, model_dir
+
 # the checkout's copy, which the package ships (specd.bench.tasks.default_tasks_path reads it)
 TASKS_FILE = Path(__file__).resolve().parents[1] / "specd" / "bench" / "data" / "tasks.jsonl"
 PY_PACKAGES = (
@@ -349,7 +351,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--out", type=Path, default=TASKS_FILE)
-    ap.add_argument("--tokenizer", type=Path, default=Path.home() / ".cache/specd/models/qwen2.5-coder-1.5b/converted/tokenizer.json")
+    ap.add_argument("--tokenizer", type=Path, default=model_dir(DEFAULT_TARGET) / "converted" / "tokenizer.json")
     args = ap.parse_args()
     count = Counter(args.tokenizer)
     if count.tok is None:

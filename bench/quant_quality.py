@@ -19,6 +19,8 @@ from pathlib import Path
 
 import torch
 
+from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+
 HELD_OUT = ["heapq", "textwrap", "fractions"]  # stdlib modules: real code, not in tests/ or bench tasks
 
 
@@ -57,8 +59,8 @@ def main() -> None:
     from specd.models.loader import load_model
 
     ap = argparse.ArgumentParser()
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
     ap.add_argument("--target-quants", default="int8,int4,fp8")
     ap.add_argument("--draft-quants", default="int4,int8")
     ap.add_argument("--tokens", type=int, default=384)

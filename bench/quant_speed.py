@@ -14,14 +14,15 @@ from pathlib import Path
 from specd.bench.stats import spread
 from specd.bench.verify_curve import forward_ms
 from specd.models.loader import load_model
+from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
 SIZES = (1, 2, 3, 5, 9, 17)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--target", default="qwen2.5-coder-1.5b")
-    ap.add_argument("--draft", default="qwen2.5-coder-0.5b")
+    ap.add_argument("--target", default=DEFAULT_TARGET)
+    ap.add_argument("--draft", default=DEFAULT_DRAFT)
     ap.add_argument("--variants", default="target:int8,target:bf16,target:int4,draft:int4,draft:int8,draft:int8:32768,draft:int4:32768,draft:bf16")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", type=Path, default=Path("bench/out/quant_speed.json"))

@@ -27,7 +27,7 @@ from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.lsp.postprocess import postprocess
 from specd.models.loader import resolve
 from specd.models.pull import gguf_path
-from specd.models.registry import PUBLISHED
+from specd.models.registry import DEFAULT_TARGET, PUBLISHED
 from specd.models.tokenizer import Tokenizer
 
 # run as `python bench/suffix_window.py`: its own folder is first on sys.path, for postprocess_rules
@@ -36,7 +36,7 @@ from postprocess_rules import score
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="qwen2.5-coder-1.5b")
+    ap.add_argument("--model", default=DEFAULT_TARGET)
     ap.add_argument("--windows", default="0,32,256", help="suffix windows in tokens")
     ap.add_argument("--tasks", type=int, default=12, help="how many tasks (an even spread over categories)")
     ap.add_argument("--max-tokens", type=int, default=48)
