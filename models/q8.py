@@ -31,7 +31,7 @@ QK = 32
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 1
+ABI_VERSION = 2
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
@@ -41,6 +41,15 @@ _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_layer_scratch": ([_P, _I64], _I64),
     "specd_kernel_omp_entry": ([], _P),
     "specd_kernel_set_threads": ([_I32], None),
+    # ggml_blocks.c: GGUF-native block formats (specd.models.gguf_linear)
+    "gg_row_bytes": ([_I32, _I64], _I64),
+    "gg_act_bytes": ([_I32, _I64], _I64),
+    "gg_simd": ([], _I32),
+    "gg_dequantize": ([_I32, _P, _I64, _I64, _P], _I32),
+    "gg_quantize": ([_I32, _P, _I64, _I64, _P], _I32),
+    "gg_quantize_ref": ([_I32, _P, _I64, _I64, _P], _I32),
+    "gg_gemm": ([_I32, _P, _I64, _I64, _P, _I64, _P, _I64], _I32),
+    "gg_gemm_ref": ([_I32, _P, _I64, _I64, _P, _I64, _P, _I64], _I32),
 }
 # q8_layer's index tables: the order of its dims[] (int64) and weights[] (pointers) arguments
 LAYER_DIMS = ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "capacity", "bits")

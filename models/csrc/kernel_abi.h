@@ -14,7 +14,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 1
+#define SPECD_KERNEL_ABI_VERSION 2
 
 #define SPECD_KERNEL_SIGNATURES                                                                \
     "q8_linear(p,i64,i64,p,i64,p,p,p)->void;"                                                  \
@@ -25,7 +25,15 @@
     "q8_layer_dims[hidden,heads,kv_heads,head_dim,intermediate,capacity,bits]->i64;"           \
     "q8_layer_weights[qkv,o,gate_up,down,in_norm,post_norm,qkv_bias]->p;"                      \
     "specd_kernel_omp_entry()->p;"                                                             \
-    "specd_kernel_set_threads(i32)->void"
+    "specd_kernel_set_threads(i32)->void;"                                                     \
+    "gg_row_bytes(i32,i64)->i64;"                                                              \
+    "gg_act_bytes(i32,i64)->i64;"                                                              \
+    "gg_simd()->i32;"                                                                          \
+    "gg_dequantize(i32,p,i64,i64,p)->i32;"                                                     \
+    "gg_quantize(i32,p,i64,i64,p)->i32;"                                                       \
+    "gg_quantize_ref(i32,p,i64,i64,p)->i32;"                                                   \
+    "gg_gemm(i32,p,i64,i64,p,i64,p,i64)->i32;"                                                 \
+    "gg_gemm_ref(i32,p,i64,i64,p,i64,p,i64)->i32"
 
 /* the ABI itself (fixed forever: the loader calls these before anything else) */
 int specd_kernel_abi_version(void);
@@ -50,6 +58,18 @@ int64_t q8_layer_scratch(const int64_t *d, int64_t n);
 void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64_t n, int64_t start,
               float *kc, float *vc, const float *cos, const float *sin, const uint8_t *mask,
               float *scratch);
+
+/* ggml_blocks.c: GGML block formats as GGUF stores them (type: ggml's type id; see the file) */
+int64_t gg_row_bytes(int type, int64_t k);
+int64_t gg_act_bytes(int type, int64_t k);
+int gg_simd(void);
+int gg_dequantize(int type, const uint8_t *w, int64_t rows, int64_t k, float *out);
+int gg_quantize(int type, const float *x, int64_t n, int64_t k, uint8_t *act);
+int gg_quantize_ref(int type, const float *x, int64_t n, int64_t k, uint8_t *act);
+int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
+            int64_t ldy);
+int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
+                int64_t ldy);
 
 /* internal (not exported): the team size of the kernels' parallel regions, see q8kernel.c */
 __attribute__((visibility("hidden"))) int specd_team_size(void);

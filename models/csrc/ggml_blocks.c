@@ -1,0 +1,748 @@
+/* GGUF-native linears: y[n, N] = x[n, k] · W[N, k]ᵀ with W in one of GGML's block formats exactly
+ * as the GGUF file stores it (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K; layouts in ggml_blocks.h), no float
+ * or re-quantized copy. llama.cpp's ggml-quants.c (reference dequantization, block_q8_K) and
+ * ggml-cpu/arch/x86/quants.c (ggml_vec_dot_*_q8_*: the AVX2 integer tricks) are the models.
+ *
+ * Per block format, side by side: a scalar reference dequantization (bit-exact to gguf-py's
+ * gguf.quants.dequantize, tested), a scalar reference dot product, and an AVX2 dot product.
+ *
+ * Activations are quantized per row inside every call (gg_quantize), from that row alone: A32
+ * blocks of 32 for Q4_0 / Q5_0 / Q8_0, Q8_K super-blocks of 256 for Q4_K / Q6_K.
+ *
+ * Exactness (batch invariance by construction): the value of y[r, o] is fixed by k alone.
+ *   - each block's (or super-block's) integer dot product is exact int32 arithmetic, so it does
+ *     not matter how SIMD lanes split it;
+ *   - the float accumulation order is fixed and written out in the scalar reference:
+ *       32-element formats: eight float lanes, block b goes to lane b % 8:
+ *         lane[b % 8] = fma((float) isum_b, d_w[b] * d_x[b], lane[b % 8]),
+ *         y = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7))
+ *       K-quants: one float per output, super-blocks in order:
+ *         acc = fma((float) isum, d_w * d_x, acc)   [Q4_K also: acc = fma((float) -msum, dmin_w * d_x, acc)]
+ *     where isum is the exact integer sum of scale-weighted code products of the block (Q4_K:
+ *     sum_j sc_j * sum_i q_ji x_ji; msum = sum_j m_j * sum_i x_ji; Q6_K: sum_j sc_j * sum_i (q_ji - 32) x_ji).
+ * The AVX2 path performs exactly these float operations, so it equals the scalar reference bit
+ * for bit, for every row whatever the number of rows in the call, the row's place in a row tile
+ * or the thread count (the threads split the output columns).
+ *
+ * Threads: OpenMP over output columns, sharing torch's pool as the other kernels (q8kernel.c).
+ * Without AVX2 at compile time (another architecture) the scalar reference runs.
+ *
+ * Exported C ABI (prototypes, version, signature text): kernel_abi.h.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define GG_AVX2 1
+#include <immintrin.h>
+#else
+#define GG_AVX2 0
+#endif
+#ifdef _OPENMP
+#include <omp.h>
+#else
+static int omp_get_num_threads(void) { return 1; }
+static int omp_get_thread_num(void) { return 0; }
+#endif
+
+#include "ggml_blocks.h"
+#include "kernel_abi.h"
+
+/* ---------------------------------------------------------------------------------------- */
+/* sizes                                                                                       */
+
+/* bytes of one weight row of k elements in `type`; -1 when the kernels lack the type or k is
+ * not a whole number of its blocks */
+int64_t gg_row_bytes(int type, int64_t k) {
+    if (k <= 0) return -1;
+    switch (type) {
+    case GG_Q4_0: return k % QK32 ? -1 : k / QK32 * (int64_t)sizeof(block_q4_0);
+    case GG_Q5_0: return k % QK32 ? -1 : k / QK32 * (int64_t)sizeof(block_q5_0);
+    case GG_Q8_0: return k % QK32 ? -1 : k / QK32 * (int64_t)sizeof(block_q8_0);
+    case GG_Q4_K: return k % QK_K ? -1 : k / QK_K * (int64_t)sizeof(block_q4_K);
+    case GG_Q6_K: return k % QK_K ? -1 : k / QK_K * (int64_t)sizeof(block_q6_K);
+    default: return -1;
+    }
+}
+
+static int is_k_quant(int type) { return type == GG_Q4_K || type == GG_Q6_K; }
+
+/* bytes of one activation row of k elements quantized for weights of `type` (A32 or Q8_K);
+ * -1 as gg_row_bytes */
+int64_t gg_act_bytes(int type, int64_t k) {
+    if (gg_row_bytes(type, k) < 0) return -1;
+    return is_k_quant(type) ? k / QK_K * (int64_t)sizeof(block_q8_K) : k / QK32 * 8 + k;
+}
+
+/* which dot products this build runs: 2 = AVX2 (+FMA, F16C), 0 = the scalar reference */
+int gg_simd(void) { return GG_AVX2 ? 2 : 0; }
+
+/* ---------------------------------------------------------------------------------------- */
+/* scalars                                                                                     */
+
+/* fp16 bits -> float (exact: every fp16 value is a float) */
+static inline float fp16_to_fp32(uint16_t h) {
+#if GG_AVX2
+    return _cvtsh_ss(h);
+#else
+    const uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1F, m = h & 0x3FF;
+    uint32_t bits;
+    if (e == 0x1F) bits = sign | 0x7F800000u | (m << 13);
+    else if (e) bits = sign | ((e + 112) << 23) | (m << 13);
+    else { /* zero or subnormal: m * 2^-24, exact */
+        float f = (float)m * 5.9604644775390625e-08f;
+        memcpy(&bits, &f, 4);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+#endif
+}
+
+/* the fp16 at p (any alignment) */
+static inline float f16_at(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return fp16_to_fp32(h);
+}
+
+/* the sum of 8 float lanes in hsum8's order (avx2.h): ((0+4) + (2+6)) + ((1+5) + (3+7)) */
+static inline float hsum8_ref(const float *a) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+/* Q4_K's packed 6-bit scale and min of sub-block j (ggml-quants.c get_scale_min_k4) */
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *sc, uint8_t *m) {
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* reference dequantization, one function per format (ggml-quants.c dequantize_row_*; float   */
+/* products rounded one at a time, never fused: gguf-py's numbers bit for bit)                */
+
+static void dequantize_q4_0(const block_q4_0 *x, float *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK32; i++) {
+        const float d = f16_at(&x[i].d);
+        for (int j = 0; j < QK32 / 2; j++) {
+            y[i * QK32 + j] = ((x[i].qs[j] & 0x0F) - 8) * d;
+            y[i * QK32 + j + QK32 / 2] = ((x[i].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+static void dequantize_q5_0(const block_q5_0 *x, float *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK32; i++) {
+        const float d = f16_at(&x[i].d);
+        uint32_t qh;
+        memcpy(&qh, x[i].qh, 4);
+        for (int j = 0; j < QK32 / 2; j++) {
+            const int hi0 = ((qh >> j) << 4) & 0x10, hi1 = (qh >> (j + 12)) & 0x10;
+            y[i * QK32 + j] = (((x[i].qs[j] & 0x0F) | hi0) - 16) * d;
+            y[i * QK32 + j + QK32 / 2] = (((x[i].qs[j] >> 4) | hi1) - 16) * d;
+        }
+    }
+}
+
+static void dequantize_q8_0(const block_q8_0 *x, float *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK32; i++) {
+        const float d = f16_at(&x[i].d);
+        for (int j = 0; j < QK32; j++) y[i * QK32 + j] = x[i].qs[j] * d;
+    }
+}
+
+static void dequantize_q4_K(const block_q4_K *x, float *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const float d = f16_at(&x[i].d), dmin = f16_at(&x[i].dmin);
+        const uint8_t *q = x[i].qs;
+        for (int j = 0; j < 8; j += 2, q += 32) { /* sub-blocks j (low nibbles), j+1 (high) */
+            uint8_t sc, m;
+            scale_min_k4(j, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            scale_min_k4(j + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; l++) *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; l++) *y++ = d2 * (q[l] >> 4) - m2;
+        }
+    }
+}
+
+/* the 6-bit code (0..63) of element e of a Q6_K block */
+static inline int q6_K_code(const block_q6_K *b, int e) {
+    const int half = e / 128, quad = (e % 128) / 32, l = e % 32;
+    const uint8_t ql = b->ql[64 * half + l + (quad & 1) * 32], qh = b->qh[32 * half + l];
+    return ((quad < 2 ? ql & 0xF : ql >> 4) | (((qh >> (2 * quad)) & 3) << 4));
+}
+
+static void dequantize_q6_K(const block_q6_K *x, float *y, int64_t k) {
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        const float d = f16_at(&x[i].d);
+        for (int e = 0; e < QK_K; e++) y[i * QK_K + e] = d * x[i].scales[e / 16] * (q6_K_code(&x[i], e) - 32);
+    }
+}
+
+/* rows x k elements of `type` at w -> float32 out [rows, k]; -1 when the kernels lack the type */
+int gg_dequantize(int type, const uint8_t *w, int64_t rows, int64_t k, float *out) {
+    const int64_t rb = gg_row_bytes(type, k);
+    if (rb < 0 || rows < 0) return -1;
+    for (int64_t r = 0; r < rows; r++) {
+        const void *row = w + r * rb;
+        float *y = out + r * k;
+        switch (type) {
+        case GG_Q4_0: dequantize_q4_0(row, y, k); break;
+        case GG_Q5_0: dequantize_q5_0(row, y, k); break;
+        case GG_Q8_0: dequantize_q8_0(row, y, k); break;
+        case GG_Q4_K: dequantize_q4_K(row, y, k); break;
+        case GG_Q6_K: dequantize_q6_K(row, y, k); break;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* activation quantization: reference                                                       */
+
+/* A32 row of k: per block of 32, d = amax / 127, q = round-half-even(x * (1 / d)), s = sum q */
+static void quantize_a32_ref(const float *x, int64_t k, uint8_t *row) {
+    const int64_t nb = k / QK32;
+    float *d = (float *)row;
+    int32_t *s = (int32_t *)(row + 4 * nb);
+    int8_t *q = (int8_t *)(row + 8 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        float amax = 0.0f;
+        for (int i = 0; i < QK32; i++) amax = fmaxf(amax, fabsf(x[b * QK32 + i]));
+        const float db = amax / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        int32_t sum = 0;
+        for (int i = 0; i < QK32; i++) {
+            const int v = (int)nearbyintf(x[b * QK32 + i] * id);
+            q[b * QK32 + i] = (int8_t)v;
+            sum += v;
+        }
+        d[b] = db;
+        s[b] = sum;
+    }
+}
+
+/* Q8_K row of k (ggml-quants.c quantize_row_q8_K_ref, with the scale's sign taken positive:
+ * llama.cpp's iscale = -127 / max flips every code and the scale when the element of largest
+ * magnitude is positive, which changes no product d * q): iscale = 127 / amax, q =
+ * round-half-even(iscale * x) in [-127, 127], d = 1 / iscale, bsums = sums of 16 codes */
+static void quantize_q8_K_ref(const float *x, int64_t k, block_q8_K *y) {
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK_K; j++) amax = fmaxf(amax, fabsf(x[j]));
+        memset(&y[i], 0, sizeof(block_q8_K));
+        if (amax == 0.0f) continue;
+        const float iscale = 127.0f / amax;
+        for (int j = 0; j < QK_K; j++) {
+            int v = (int)nearbyintf(iscale * x[j]);
+            v = v > 127 ? 127 : v < -127 ? -127 : v;
+            y[i].qs[j] = (int8_t)v;
+            y[i].bsums[j / 16] += v;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* dot products: reference, one function per format (the accumulation order of the header)    */
+
+/* the A32 row's parts */
+#define A32_D(row, nb) ((const float *)(row))
+#define A32_S(row, nb) ((const int32_t *)((row) + 4 * (nb)))
+#define A32_Q(row, nb) ((const int8_t *)((row) + 8 * (nb)))
+
+static float dot_q4_0_ref(const block_q4_0 *w, const uint8_t *xr, int64_t k) {
+    const int64_t nb = k / QK32;
+    const float *xd = A32_D(xr, nb);
+    const int8_t *xq = A32_Q(xr, nb);
+    float lane[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < QK32 / 2; j++)
+            isum += ((w[b].qs[j] & 0xF) - 8) * xq[b * QK32 + j] + ((w[b].qs[j] >> 4) - 8) * xq[b * QK32 + j + 16];
+        lane[b % 8] = fmaf((float)isum, f16_at(&w[b].d) * xd[b], lane[b % 8]);
+    }
+    return hsum8_ref(lane);
+}
+
+static float dot_q5_0_ref(const block_q5_0 *w, const uint8_t *xr, int64_t k) {
+    const int64_t nb = k / QK32;
+    const float *xd = A32_D(xr, nb);
+    const int8_t *xq = A32_Q(xr, nb);
+    float lane[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        uint32_t qh;
+        memcpy(&qh, w[b].qh, 4);
+        int32_t isum = 0;
+        for (int j = 0; j < QK32 / 2; j++) {
+            const int q0 = (w[b].qs[j] & 0xF) | (((qh >> j) & 1) << 4);
+            const int q1 = (w[b].qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+            isum += (q0 - 16) * xq[b * QK32 + j] + (q1 - 16) * xq[b * QK32 + j + 16];
+        }
+        lane[b % 8] = fmaf((float)isum, f16_at(&w[b].d) * xd[b], lane[b % 8]);
+    }
+    return hsum8_ref(lane);
+}
+
+static float dot_q8_0_ref(const block_q8_0 *w, const uint8_t *xr, int64_t k) {
+    const int64_t nb = k / QK32;
+    const float *xd = A32_D(xr, nb);
+    const int8_t *xq = A32_Q(xr, nb);
+    float lane[8] = {0};
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t isum = 0;
+        for (int j = 0; j < QK32; j++) isum += w[b].qs[j] * xq[b * QK32 + j];
+        lane[b % 8] = fmaf((float)isum, f16_at(&w[b].d) * xd[b], lane[b % 8]);
+    }
+    return hsum8_ref(lane);
+}
+
+static float dot_q4_K_ref(const block_q4_K *w, const block_q8_K *x, int64_t k) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        int32_t isum = 0, msum = 0;
+        for (int j = 0; j < 8; j++) {
+            uint8_t sc, m;
+            scale_min_k4(j, w[i].scales, &sc, &m);
+            const uint8_t *q = w[i].qs + 32 * (j / 2);
+            int32_t s = 0, xs = 0;
+            for (int l = 0; l < 32; l++) {
+                const int xv = x[i].qs[32 * j + l];
+                s += (j % 2 ? q[l] >> 4 : q[l] & 0xF) * xv;
+                xs += xv;
+            }
+            isum += sc * s;
+            msum += m * xs;
+        }
+        acc = fmaf((float)isum, f16_at(&w[i].d) * x[i].d, acc);
+        acc = fmaf((float)-msum, f16_at(&w[i].dmin) * x[i].d, acc);
+    }
+    return acc;
+}
+
+static float dot_q6_K_ref(const block_q6_K *w, const block_q8_K *x, int64_t k) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < k / QK_K; i++) {
+        int32_t isum = 0;
+        for (int j = 0; j < 16; j++) {
+            int32_t s = 0;
+            for (int l = 0; l < 16; l++) s += (q6_K_code(&w[i], 16 * j + l) - 32) * x[i].qs[16 * j + l];
+            isum += w[i].scales[j] * s;
+        }
+        acc = fmaf((float)isum, f16_at(&w[i].d) * x[i].d, acc);
+    }
+    return acc;
+}
+
+static float dot_ref(int type, const uint8_t *w, const uint8_t *xr, int64_t k) {
+    switch (type) {
+    case GG_Q4_0: return dot_q4_0_ref((const block_q4_0 *)w, xr, k);
+    case GG_Q5_0: return dot_q5_0_ref((const block_q5_0 *)w, xr, k);
+    case GG_Q8_0: return dot_q8_0_ref((const block_q8_0 *)w, xr, k);
+    case GG_Q4_K: return dot_q4_K_ref((const block_q4_K *)w, (const block_q8_K *)xr, k);
+    default: return dot_q6_K_ref((const block_q6_K *)w, (const block_q8_K *)xr, k);
+    }
+}
+
+#if GG_AVX2
+/* ---------------------------------------------------------------------------------------- */
+/* AVX2: activation quantization                                                              */
+
+/* 32 floats * mul, rounded half-even, as 32 int8 in element order (|values| <= 127) */
+static inline __m256i round_pack32(const float *x, __m256 mul) {
+    const int r = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x), mul), r));
+    __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 8), mul), r));
+    __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 16), mul), r));
+    __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 24), mul), r));
+    i0 = _mm256_packs_epi32(i0, i1); /* lanes interleaved by 128-bit halves */
+    i2 = _mm256_packs_epi32(i2, i3);
+    i0 = _mm256_packs_epi16(i0, i2);
+    i0 = _mm256_permutevar8x32_epi32(i0, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    const __m256i lim = _mm256_set1_epi8(127);
+    return _mm256_max_epi8(_mm256_min_epi8(i0, lim), _mm256_sub_epi8(_mm256_setzero_si256(), lim));
+}
+
+/* the largest |x| of n floats (n % 8 == 0) */
+static inline float absmax(const float *x, int64_t n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    __m128 m4 = _mm_max_ps(_mm256_extractf128_ps(m, 1), _mm256_castps256_ps128(m));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    return _mm_cvtss_f32(m4);
+}
+
+/* the sums of codes 0..15 and 16..31 of a 32-code vector */
+static inline void sums16(__m256i q, int32_t *lo, int32_t *hi) {
+    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), q), _mm256_set1_epi16(1));
+    __m256i t = _mm256_hadd_epi32(s, s);
+    t = _mm256_hadd_epi32(t, t);
+    *lo = _mm256_extract_epi32(t, 0);
+    *hi = _mm256_extract_epi32(t, 4);
+}
+
+static void quantize_a32(const float *x, int64_t k, uint8_t *row) {
+    const int64_t nb = k / QK32;
+    float *d = (float *)row;
+    int32_t *s = (int32_t *)(row + 4 * nb);
+    int8_t *q = (int8_t *)(row + 8 * nb);
+    for (int64_t b = 0; b < nb; b++) {
+        const float db = absmax(x + b * QK32, QK32) / 127.0f, id = db != 0.0f ? 1.0f / db : 0.0f;
+        const __m256i v = round_pack32(x + b * QK32, _mm256_set1_ps(id));
+        _mm256_storeu_si256((__m256i *)(q + b * QK32), v);
+        int32_t lo, hi;
+        sums16(v, &lo, &hi);
+        d[b] = db;
+        s[b] = lo + hi;
+    }
+}
+
+static void quantize_q8_K(const float *x, int64_t k, block_q8_K *y) {
+    for (int64_t i = 0; i < k / QK_K; i++, x += QK_K) {
+        const float amax = absmax(x, QK_K);
+        memset(&y[i], 0, sizeof(block_q8_K));
+        if (amax == 0.0f) continue;
+        const float iscale = 127.0f / amax;
+        for (int c = 0; c < QK_K / 32; c++) {
+            const __m256i v = round_pack32(x + 32 * c, _mm256_set1_ps(iscale));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * c), v);
+            int32_t lo, hi;
+            sums16(v, &lo, &hi);
+            y[i].bsums[2 * c] = (int16_t)lo;
+            y[i].bsums[2 * c + 1] = (int16_t)hi;
+        }
+        y[i].d = 1.0f / iscale;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* AVX2: dot products                                                                          */
+
+/* the sum of 8 int32 lanes (exact) */
+static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* four blocks' int32 lane vectors -> per 128-bit lane their four partial totals (q8kernel.c) */
+static inline __m256i reduce4(__m256i a, __m256i b, __m256i c, __m256i d) {
+    const __m256i ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+    const __m256i cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+    return _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd));
+}
+
+/* the int32 totals of eight blocks' 32-code dots, block t in lane t */
+static inline __m256i reduce8(const __m256i *d) {
+    const __m256i a = reduce4(d[0], d[1], d[2], d[3]), c = reduce4(d[4], d[5], d[6], d[7]);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20), _mm256_permute2x128_si256(a, c, 0x31));
+}
+
+/* 32 unsigned codes (< 64) x 32 int8 -> 8 int32 partial sums (pairs never saturate int16) */
+static inline __m256i dot_u8(__m256i u, const int8_t *x) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_loadu_si256((const __m256i *)x)), _mm256_set1_epi16(1));
+}
+
+/* 32 int8 codes x 32 int8 -> 8 int32 partial sums: |w| unsigned, x takes w's sign (vpsignb) */
+static inline __m256i dot_s8(__m256i w, const int8_t *x) {
+    const __m256i xv = _mm256_loadu_si256((const __m256i *)x);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xv, w)), _mm256_set1_epi16(1));
+}
+
+/* Q4_0's 32 codes 0..15 in element order */
+static inline __m256i codes_q4_0(const block_q4_0 *b) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+}
+
+/* 0xFF in byte j where bit j of the 32 bits at p is set (llama.cpp's bytes_from_bits_32) */
+static inline __m256i bytes_from_bits_32(const uint8_t *p) {
+    uint32_t x32;
+    memcpy(&x32, p, 4);
+    const __m256i shuf = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i bytes = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)x32), shuf),
+                                          _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+    return _mm256_cmpeq_epi8(bytes, _mm256_set1_epi64x(-1));
+}
+
+/* Q5_0's 32 codes 0..31 in element order */
+static inline __m256i codes_q5_0(const block_q5_0 *b) {
+    const __m128i t = _mm_loadu_si128((const __m128i *)b->qs);
+    const __m256i lo = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(t, 4), t), _mm256_set1_epi8(0x0F));
+    return _mm256_or_si256(lo, _mm256_and_si256(bytes_from_bits_32(b->qh), _mm256_set1_epi8(0x10)));
+}
+
+/* The 32-element formats, R rows (R a compile-time constant at every call): for one weight row
+ * w of nb blocks and the A32 rows xr[0..R-1], out[j] = the row's dot product in the header's
+ * order. Blocks go in groups of 8: their codes are decoded once for all R rows, their 8 integer
+ * totals reduced to one vector (block t in lane t) and fused into the 8 float lanes at once. */
+static inline __attribute__((always_inline)) void tile_b32(const int type, const int R, const uint8_t *w,
+                                                           int64_t nb, const uint8_t *const *xr, float *out) {
+    const int64_t bsz = type == GG_Q8_0 ? sizeof(block_q8_0) : type == GG_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q4_0);
+    const int shift = type == GG_Q8_0 ? 0 : type == GG_Q5_0 ? 4 : 3; /* offset 16 or 8: sum x << shift */
+    __m256 acc[4];
+    for (int j = 0; j < R; j++) acc[j] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        __m256i c[8];
+        uint16_t dh[8];
+        for (int t = 0; t < 8; t++) {
+            const uint8_t *blk = w + (b + t) * bsz;
+            memcpy(&dh[t], blk, 2);
+            c[t] = type == GG_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2))
+                 : type == GG_Q5_0 ? codes_q5_0((const block_q5_0 *)blk) : codes_q4_0((const block_q4_0 *)blk);
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+        for (int j = 0; j < R; j++) {
+            const int8_t *xq = A32_Q(xr[j], nb) + b * QK32;
+            __m256i p[8];
+            for (int t = 0; t < 8; t++) p[t] = type == GG_Q8_0 ? dot_s8(c[t], xq + 32 * t) : dot_u8(c[t], xq + 32 * t);
+            __m256i tot = reduce8(p);
+            if (shift)
+                tot = _mm256_sub_epi32(tot, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(A32_S(xr[j], nb) + b)), shift));
+            const __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(A32_D(xr[j], nb) + b));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), s, acc[j]);
+        }
+    }
+    float lane[4][8];
+    for (int j = 0; j < R; j++) _mm256_storeu_ps(lane[j], acc[j]);
+    for (; b < nb; b++) { /* the last nb % 8 blocks, one at a time, each into its lane */
+        const uint8_t *blk = w + b * bsz;
+        const float dwb = f16_at(blk);
+        const __m256i c = type == GG_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2))
+                        : type == GG_Q5_0 ? codes_q5_0((const block_q5_0 *)blk) : codes_q4_0((const block_q4_0 *)blk);
+        for (int j = 0; j < R; j++) {
+            const int8_t *xq = A32_Q(xr[j], nb) + b * QK32;
+            int32_t isum = hsum_i32(type == GG_Q8_0 ? dot_s8(c, xq) : dot_u8(c, xq));
+            if (shift) isum -= A32_S(xr[j], nb)[b] << shift;
+            lane[j][b % 8] = fmaf((float)isum, dwb * A32_D(xr[j], nb)[b], lane[j][b % 8]);
+        }
+    }
+    for (int j = 0; j < R; j++) out[j] = hsum8_ref(lane[j]);
+}
+
+/* ggml's get_scale_shuffle_k4: bytes selecting int16 scale i in every lane */
+static inline __m256i scale_shuffle_k4(int i) {
+    return _mm256_set1_epi16((short)(((2 * i + 1) << 8) | (2 * i)));
+}
+
+/* Q4_K, R rows of Q8_K activations (as tile_b32). Per super-block the 6-bit scales and mins are
+ * unpacked once (llama.cpp's kmask trick) and the 4-bit codes once per 64 elements for all rows;
+ * per row the exact integer sums isum and msum, then the two fused float steps. */
+static inline __attribute__((always_inline)) void tile_q4_K(const int R, const block_q4_K *w, int64_t nsb,
+                                                            const uint8_t *const *xr, float *out) {
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < nsb; i++) {
+        const block_q4_K *b = w + i;
+        uint32_t u[4];
+        memcpy(u, b->scales, 12);
+        u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+        const uint32_t aux = u[1] & km1;
+        u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+        u[2] = aux;
+        u[0] &= km1;
+        /* int16 lanes: scales 0..7, then mins 0..7 */
+        const __m256i sm = _mm256_cvtepu8_epi16(_mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]));
+        const __m128i mins = _mm256_extracti128_si256(sm, 1);
+        const __m256i scales = _mm256_permute2x128_si256(sm, sm, 0x00);
+        __m256i sumi[4];
+        for (int j = 0; j < R; j++) sumi[j] = _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+            const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            const __m256i sl = _mm256_shuffle_epi8(scales, scale_shuffle_k4(2 * c));
+            const __m256i sh = _mm256_shuffle_epi8(scales, scale_shuffle_k4(2 * c + 1));
+            for (int j = 0; j < R; j++) {
+                const int8_t *q = ((const block_q8_K *)xr[j])[i].qs + 64 * c;
+                const __m256i pl = _mm256_madd_epi16(sl, _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)q)));
+                const __m256i ph = _mm256_madd_epi16(sh, _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q + 32))));
+                sumi[j] = _mm256_add_epi32(sumi[j], _mm256_add_epi32(pl, ph));
+            }
+        }
+        const float dw = f16_at(&b->d), mw = f16_at(&b->dmin);
+        for (int j = 0; j < R; j++) {
+            const block_q8_K *x = &((const block_q8_K *)xr[j])[i];
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)x->bsums);
+            const __m128i s32 = _mm_hadd_epi16(_mm256_castsi256_si128(bs), _mm256_extracti128_si256(bs, 1));
+            __m128i ms = _mm_madd_epi16(mins, s32);
+            ms = _mm_add_epi32(ms, _mm_unpackhi_epi64(ms, ms));
+            ms = _mm_add_epi32(ms, _mm_shuffle_epi32(ms, 1));
+            const int32_t msum = _mm_cvtsi128_si32(ms), isum = hsum_i32(sumi[j]);
+            acc[j] = fmaf((float)isum, dw * x->d, acc[j]);
+            acc[j] = fmaf((float)-msum, mw * x->d, acc[j]);
+        }
+    }
+    for (int j = 0; j < R; j++) out[j] = acc[j];
+}
+
+/* ggml's get_scale_shuffle: bytes [2i x 8, 2i+1 x 8] of a 16-byte vector */
+static inline __m128i scale_shuffle(int i) {
+    return _mm_set_epi64x(0x0101010101010101LL * (2 * i + 1), 0x0101010101010101LL * (2 * i));
+}
+
+/* Q6_K, R rows of Q8_K activations (as tile_b32): the 6-bit codes of each 128 elements once for
+ * all rows (llama.cpp's layout), unsigned; the -32 offset through the row's 16-element sums. */
+static inline __attribute__((always_inline)) void tile_q6_K(const int R, const block_q6_K *w, int64_t nsb,
+                                                            const uint8_t *const *xr, float *out) {
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t i = 0; i < nsb; i++) {
+        const block_q6_K *b = w + i;
+        const __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
+        __m256i sumi[4];
+        for (int j = 0; j < R; j++) sumi[j] = _mm256_setzero_si256();
+        for (int h = 0; h < 2; h++) {
+            const __m256i b1 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h));
+            const __m256i b2 = _mm256_loadu_si256((const __m256i *)(b->ql + 64 * h + 32));
+            const __m256i bh = _mm256_loadu_si256((const __m256i *)(b->qh + 32 * h));
+            __m256i q[4], s[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(b1, m15), _mm256_slli_epi16(_mm256_and_si256(bh, m3), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(b2, m15), _mm256_slli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8(12)), 2));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b1, 4), m15), _mm256_and_si256(bh, _mm256_set1_epi8(48)));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(b2, 4), m15),
+                                   _mm256_srli_epi16(_mm256_and_si256(bh, _mm256_set1_epi8((char)0xC0)), 2));
+            for (int t = 0; t < 4; t++) s[t] = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, scale_shuffle(4 * h + t)));
+            for (int j = 0; j < R; j++) {
+                const int8_t *x = ((const block_q8_K *)xr[j])[i].qs + 128 * h;
+                for (int t = 0; t < 4; t++)
+                    sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(s[t], _mm256_maddubs_epi16(q[t],
+                                               _mm256_loadu_si256((const __m256i *)(x + 32 * t)))));
+            }
+        }
+        const float dw = f16_at(&b->d);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+        for (int j = 0; j < R; j++) {
+            const block_q8_K *x = &((const block_q8_K *)xr[j])[i];
+            const int32_t off = hsum_i32(_mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)x->bsums)));
+            const int32_t isum = hsum_i32(sumi[j]) - 32 * off;
+            acc[j] = fmaf((float)isum, dw * x->d, acc[j]);
+        }
+    }
+    for (int j = 0; j < R; j++) out[j] = acc[j];
+}
+
+/* one weight row against R activation rows, dispatched to the format's tile */
+static inline __attribute__((always_inline)) void tile(int type, const int R, const uint8_t *w, int64_t k,
+                                                       const uint8_t *const *xr, float *out) {
+    switch (type) {
+    case GG_Q4_0: tile_b32(GG_Q4_0, R, w, k / QK32, xr, out); break;
+    case GG_Q5_0: tile_b32(GG_Q5_0, R, w, k / QK32, xr, out); break;
+    case GG_Q8_0: tile_b32(GG_Q8_0, R, w, k / QK32, xr, out); break;
+    case GG_Q4_K: tile_q4_K(R, (const block_q4_K *)w, k / QK_K, xr, out); break;
+    default: tile_q6_K(R, (const block_q6_K *)w, k / QK_K, xr, out); break;
+    }
+}
+#endif /* GG_AVX2 */
+
+/* ---------------------------------------------------------------------------------------- */
+/* the linear                                                                                  */
+
+#define ROW_TILE 4   /* activation rows that share each decoded weight block */
+#define OCHUNK 8     /* weight rows kept in L1 while the row tiles pass over them */
+#define ROW_BLOCK 64 /* activation rows kept in L2 while the weights stream past */
+
+/* output columns o0..o1-1 of all n rows */
+static void gemm_part(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
+                      int64_t ldy, int64_t o0, int64_t o1) {
+    const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k);
+    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
+        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n;
+        for (int64_t c0 = o0; c0 < o1; c0 += OCHUNK) {
+            const int64_t c1 = c0 + OCHUNK < o1 ? c0 + OCHUNK : o1;
+            for (int64_t r0 = b0; r0 < b1; r0 += ROW_TILE) {
+                const int R = b1 - r0 >= ROW_TILE ? ROW_TILE : (int)(b1 - r0);
+                const uint8_t *xr[ROW_TILE];
+                for (int j = 0; j < R; j++) xr[j] = act + (r0 + j) * arb;
+                for (int64_t o = c0; o < c1; o++) {
+                    float out[ROW_TILE];
+                    const uint8_t *wr = w + o * wrb;
+#if GG_AVX2
+                    switch (R) {
+                    case 4: tile(type, 4, wr, k, xr, out); break;
+                    case 3: tile(type, 3, wr, k, xr, out); break;
+                    case 2: tile(type, 2, wr, k, xr, out); break;
+                    default: tile(type, 1, wr, k, xr, out); break;
+                    }
+#else
+                    for (int j = 0; j < R; j++) out[j] = dot_ref(type, wr, xr[j], k);
+#endif
+                    for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = out[j];
+                }
+            }
+        }
+    }
+}
+
+/* the first output column of part i of `parts` over total columns, aligned to `align` */
+static int64_t split(int64_t total, int parts, int i, int64_t align) {
+    const int64_t units = (total + align - 1) / align, at = units * i / parts * align;
+    return at < total ? at : total;
+}
+
+/* x [n, k] float32 -> act: n rows of gg_act_bytes(type, k) bytes (A32 or Q8_K); -1 when the
+ * kernels lack the type or k does not fit its blocks */
+int gg_quantize(int type, const float *x, int64_t n, int64_t k, uint8_t *act) {
+    const int64_t arb = gg_act_bytes(type, k);
+    if (arb < 0 || n < 0) return -1;
+    for (int64_t r = 0; r < n; r++) {
+#if GG_AVX2
+        if (is_k_quant(type)) quantize_q8_K(x + r * k, k, (block_q8_K *)(act + r * arb));
+        else quantize_a32(x + r * k, k, act + r * arb);
+#else
+        if (is_k_quant(type)) quantize_q8_K_ref(x + r * k, k, (block_q8_K *)(act + r * arb));
+        else quantize_a32_ref(x + r * k, k, act + r * arb);
+#endif
+    }
+    return 0;
+}
+
+/* gg_quantize by the scalar reference (tests: the AVX2 quantization equals it byte for byte) */
+int gg_quantize_ref(int type, const float *x, int64_t n, int64_t k, uint8_t *act) {
+    const int64_t arb = gg_act_bytes(type, k);
+    if (arb < 0 || n < 0) return -1;
+    for (int64_t r = 0; r < n; r++) {
+        if (is_k_quant(type)) quantize_q8_K_ref(x + r * k, k, (block_q8_K *)(act + r * arb));
+        else quantize_a32_ref(x + r * k, k, act + r * arb);
+    }
+    return 0;
+}
+
+/* y[r * ldy + o] = the dot of weight row o (N rows of k in `type` at w) with activation row r
+ * (n rows quantized by gg_quantize for `type`), o < N, r < n. OpenMP over output columns (none
+ * for small calls); every y value is the same whatever n, the thread count or the split. -1 when
+ * the kernels lack the type or k does not fit its blocks. */
+int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
+            int64_t ldy) {
+    if (gg_row_bytes(type, k) < 0 || N < 0 || n < 0 || ldy < N) return -1;
+    /* small calls stay on one thread: waking the pool costs more than it saves */
+    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
+#pragma omp parallel if (parallel) num_threads(specd_team_size())
+    {
+        const int t = omp_get_num_threads(), tid = omp_get_thread_num();
+        gemm_part(type, w, k, act, n, y, ldy, split(N, t, tid, 16), split(N, t, tid + 1, 16));
+    }
+    return 0;
+}
+
+/* gg_gemm by the scalar reference dot products, one output at a time, one thread */
+int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
+                int64_t ldy) {
+    const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k);
+    if (wrb < 0 || N < 0 || n < 0 || ldy < N) return -1;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t o = 0; o < N; o++) y[r * ldy + o] = dot_ref(type, w + o * wrb, act + r * arb, k);
+    return 0;
+}
