@@ -1,0 +1,221 @@
+"""specd's kernels over GGUF's own block formats (models/csrc/ggml_blocks.c, specd.models.gguf_linear):
+per format, the dequantization equals gguf-py's bit for bit (random valid blocks, blocks gguf-py
+quantized, and real tensors of the pulled GGUF files); the linear against a float64 reference on
+the dequantized weights and the identically quantized activations; the AVX2 path equal to the
+scalar reference bit for bit (the float operations are the same by construction); batch
+invariance (rows computed together == each row alone, bit for bit) and thread invariance;
+layers of several parts of different formats; clear errors for formats the kernels lack."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf import quants as gquants
+
+from specd.models import q8
+from specd.models.errors import ModelError
+from specd.models.gguf_linear import (
+    GgufEmbedding,
+    GgufLinear,
+    GgufPart,
+    dequantize,
+    dequantize_activations,
+    quantize_activations,
+)
+
+pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+
+FORMATS = [T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K]
+FP16_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}  # byte offsets in a block
+WIDTHS = {T.Q4_0: [96, 288, 512], T.Q5_0: [96, 288, 512], T.Q8_0: [96, 288, 512],  # k/32: 3 (no group of 8), 9, 16
+          T.Q4_K: [256, 768, 1536], T.Q6_K: [256, 768, 1536]}
+
+
+def random_blocks(qtype: T, rows: int, k: int, seed: int = 0, scale: float = 0.02) -> np.ndarray:
+    """Valid blocks: random bytes, with every fp16 scale field a finite random value."""
+    rng = np.random.default_rng(seed)
+    elements, size = GGML_QUANT_SIZES[qtype]
+    raw = rng.integers(0, 256, size=(rows, k // elements, size), dtype=np.uint8)
+    for off in FP16_FIELDS[qtype]:
+        h = ((rng.random((rows, k // elements)) * 2 - 1) * scale).astype(np.float16)
+        raw[..., off : off + 2] = h.view(np.uint8).reshape(rows, k // elements, 2)
+    return raw.reshape(rows, -1)
+
+
+def bits(t: torch.Tensor | np.ndarray) -> np.ndarray:
+    """The float32 bit patterns (bit-for-bit comparisons that NaN or -0.0 cannot fool)."""
+    a = t.numpy() if isinstance(t, torch.Tensor) else t
+    return np.ascontiguousarray(a, dtype=np.float32).view(np.uint32)
+
+
+def layer(qtype: T, rows: int, k: int, seed: int = 0) -> GgufLinear:
+    return GgufLinear.from_blocks(f"test.{qtype.name}", int(qtype), torch.from_numpy(random_blocks(qtype, rows, k, seed)), k)
+
+
+@pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
+def test_dequantize_equals_gguf_py_on_random_blocks(qtype: T) -> None:
+    for k in WIDTHS[qtype]:
+        raw = random_blocks(qtype, 23, k, seed=k)
+        ours = dequantize(int(qtype), torch.from_numpy(raw), k)  # [23, k]
+        theirs = gquants.dequantize(raw, qtype).reshape(23, k)
+        assert np.array_equal(bits(ours), bits(theirs)), f"{qtype.name} k={k}"
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_0, T.Q5_0, T.Q8_0], ids=lambda t: t.name)
+def test_dequantize_equals_gguf_py_on_quantized_floats(qtype: T) -> None:
+    """Blocks gguf-py quantized from real-looking floats (its quantize covers the 32-element formats)."""
+    w = np.random.default_rng(3).standard_normal((17, 512)).astype(np.float32) / 10
+    raw = gquants.quantize(w, qtype)  # uint8 [17, row_bytes]
+    ours = dequantize(int(qtype), torch.from_numpy(raw), 512)
+    assert np.array_equal(bits(ours), bits(gquants.dequantize(raw, qtype).reshape(17, 512)))
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_K], ids=["A32", "Q8_K"])
+def test_activation_quantization(qtype: T) -> None:
+    """The SIMD quantizer writes the scalar reference's bytes; the codes stand for x within half a
+    step of each block's scale (and an all-zero block quantizes to zeros)."""
+    x = torch.randn(7, 768, generator=torch.Generator().manual_seed(5))
+    x[2, 5] *= 80  # an outlier coarsens only its own block
+    x[3, :256] = 0
+    act = quantize_activations(int(qtype), x)
+    assert torch.equal(act, quantize_activations(int(qtype), x, reference=True))
+    back = dequantize_activations(int(qtype), act, 768)  # float64 [7, 768]
+    block = 256 if qtype == T.Q4_K else 32
+    step = x.double().abs().reshape(7, -1, block).amax(-1, keepdim=True) / 127  # [7, blocks, 1]
+    err = (back - x.double()).abs().reshape(7, -1, block)
+    assert bool((err <= step / 2 * (1 + 1e-5) + 1e-30).all())
+    assert bool((back[3, :256] == 0).all())
+
+
+def _reference(lin: GgufLinear, x: torch.Tensor) -> torch.Tensor:
+    """float64: the dequantized weights times the activations the kernel's quantization stands for."""
+    w = lin.dequantize().double()  # [N, K]
+    cols, at = [], 0
+    for p in lin.parts:
+        xq = dequantize_activations(p.qtype, quantize_activations(p.qtype, x), lin.in_features)  # [n, K]
+        cols.append(xq @ w[at : at + p.raw.shape[0]].T)
+        at += p.raw.shape[0]
+    return torch.cat(cols, dim=1)
+
+
+@pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
+def test_linear_matches_float64_reference(qtype: T) -> None:
+    """Only the float32 rounding of the scale products and sums separates the kernel from the
+    exact product of the numbers it multiplies: 1e-5 of the sum of absolute terms."""
+    for k in WIDTHS[qtype]:
+        lin = layer(qtype, 41, k, seed=k)
+        x = torch.randn(6, k, generator=torch.Generator().manual_seed(k))
+        x[:, 7] *= 30
+        ref = _reference(lin, x)
+        scale = (dequantize_activations(int(qtype), quantize_activations(int(qtype), x), k).abs()
+                 @ lin.dequantize().double().abs().T)  # [6, 41] sum |w| |x|
+        assert bool(((lin(x).double() - ref).abs() <= 1e-5 * scale + 1e-30).all()), f"{qtype.name} k={k}"
+
+
+@pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
+def test_simd_equals_scalar_reference_bit_for_bit(qtype: T) -> None:
+    """The AVX2 path performs the scalar reference's float operations in the same order (exact
+    integer block sums, then the same fused multiply-adds): identical bits, every width."""
+    for k in WIDTHS[qtype]:
+        lin = layer(qtype, 37, k, seed=k + 1)
+        x = torch.randn(11, k, generator=torch.Generator().manual_seed(k + 1))
+        assert np.array_equal(bits(lin(x)), bits(lin.reference(x))), f"{qtype.name} k={k}"
+
+
+@pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
+def test_batch_invariance(qtype: T) -> None:
+    """A row's result is the same bit for bit whether it runs alone or among n rows (n = 1..9, 64:
+    every row-tile size and position, and more rows than one row block)."""
+    k = WIDTHS[qtype][1]
+    lin = layer(qtype, 300, k, seed=9)  # enough output columns for the threads to split them
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(9))
+    alone = torch.cat([lin(x[i : i + 1]) for i in range(64)])  # [64, 300]
+    for n in [*range(1, 10), 64]:
+        assert np.array_equal(bits(lin(x[:n])), bits(alone[:n])), f"{qtype.name} n={n}"
+    # the middle rows of a call, too (tiles start elsewhere)
+    assert np.array_equal(bits(lin(x[3:10])), bits(alone[3:10]))
+
+
+def test_thread_count_changes_nothing() -> None:
+    lin = GgufLinear([GgufPart("a", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 700, 1536, 1))),
+                      GgufPart("b", int(T.Q6_K), torch.from_numpy(random_blocks(T.Q6_K, 300, 1536, 2)))], 1536)
+    x = torch.randn(5, 1536, generator=torch.Generator().manual_seed(2))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lin(x)
+        torch.set_num_threads(max(2, threads))
+        many = lin(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert np.array_equal(bits(one), bits(many))
+
+
+def test_parts_of_different_formats() -> None:
+    """q, k, v (or gate, up) may each keep their own format: the layer's output is the parts'
+    outputs side by side, each exactly what the part computes alone."""
+    k = 512
+    parts = [GgufPart("q", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 40, k, 1))),
+             GgufPart("k", int(T.Q8_0), torch.from_numpy(random_blocks(T.Q8_0, 16, k, 2))),
+             GgufPart("v", int(T.Q6_K), torch.from_numpy(random_blocks(T.Q6_K, 16, k, 3))),
+             GgufPart("w", int(T.Q5_0), torch.from_numpy(random_blocks(T.Q5_0, 8, k, 4)))]
+    lin = GgufLinear(parts, k)
+    x = torch.randn(3, k, generator=torch.Generator().manual_seed(4))
+    alone = torch.cat([GgufLinear([p], k)(x) for p in parts], dim=1)
+    assert lin.out_features == 80 and lin.types() == ["Q4_K", "Q8_0", "Q6_K", "Q5_0"]
+    assert np.array_equal(bits(lin(x)), bits(alone))
+    assert lin.nbytes() == sum(p.raw.nbytes for p in parts)
+    assert torch.equal(lin.dequantize(), torch.cat([dequantize(p.qtype, p.raw, k) for p in parts]))
+
+
+def test_embedding_rows_dequantize_on_lookup() -> None:
+    raw = torch.from_numpy(random_blocks(T.Q5_0, 50, 96, 6))
+    emb = GgufEmbedding("token_embd.weight", int(T.Q5_0), raw, 96)
+    tokens = torch.tensor([3, 49, 3, 0])
+    assert emb.shape == (50, 96) and emb.nbytes == raw.nbytes
+    assert torch.equal(emb[tokens], dequantize(int(T.Q5_0), raw, 96)[tokens])
+
+
+def test_unsupported_format_is_a_clear_error() -> None:
+    raw = torch.zeros(4, 176, dtype=torch.uint8)  # one Q5_K block of 256 per row
+    with pytest.raises(ModelError, match=r"'blk\.3\.ffn_down\.weight'.*Q5_K.*Q4_0, Q5_0, Q8_0, Q4_K, Q6_K.*int8"):
+        GgufLinear.from_blocks("blk.3.ffn_down.weight", int(T.Q5_K), raw, 256)
+    with pytest.raises(ModelError, match=r"'x'.*896 input channels.*Q4_K blocks of 256"):
+        GgufLinear.from_blocks("x", int(T.Q4_K), torch.zeros(2, 504, dtype=torch.uint8), 896)
+    with pytest.raises(ModelError, match=r"'y'.*expected contiguous uint8 blocks \[rows, 34\]"):
+        GgufLinear.from_blocks("y", int(T.Q8_0), torch.zeros(2, 33, dtype=torch.uint8), 32)
+    lin = layer(T.Q8_0, 4, 64)
+    with pytest.raises(ValueError, match="expected 64 input features"):
+        lin(torch.zeros(2, 32))
+
+
+PULLED = Path.home() / ".cache" / "specd" / "models"
+
+
+@pytest.mark.parametrize("model", ["qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"])
+def test_real_tensors_dequantize_like_gguf_py(model: str) -> None:
+    """One tensor of each block format in the pulled GGUF files (64 rows of each), read from the
+    file's memory map, dequantized by specd and by gguf-py: the same bits."""
+    path = PULLED / model / "model.gguf"
+    if not path.exists():
+        pytest.skip(f"{path} is not pulled")
+    from gguf import GGUFReader
+
+    seen: set[int] = set()
+    for t in GGUFReader(str(path)).tensors:
+        if int(t.tensor_type) not in {int(f) for f in FORMATS} or int(t.tensor_type) in seen:
+            continue
+        seen.add(int(t.tensor_type))
+        k = int(t.shape[0])
+        raw = np.array(t.data[:64])  # [64, row_bytes]: a copy of the mmap's rows
+        ours = dequantize(int(t.tensor_type), torch.from_numpy(raw), k)
+        theirs = gquants.dequantize(raw, t.tensor_type).reshape(64, k)
+        assert np.array_equal(bits(ours), bits(theirs)), f"{model} {t.name} {t.tensor_type.name}"
+        x = torch.randn(3, k, generator=torch.Generator().manual_seed(0))
+        lin = GgufLinear.from_blocks(t.name, int(t.tensor_type), torch.from_numpy(raw), k)
+        assert np.array_equal(bits(lin(x)), bits(lin.reference(x)))
+    assert seen, f"{path}: no tensor in a format the kernels run"
