@@ -16,6 +16,7 @@ from specd.cli.flags import add_engine_flags, daemon_socket, engine_argv, engine
 from specd.lsp.autostart import DaemonSpawner
 from specd.lsp.backend import Backend
 from specd.lsp.daemon_backend import DaemonBackend
+from specd.lsp.settings import LspSettings
 
 
 def register(subparsers: Any) -> None:
@@ -56,7 +57,6 @@ def cmd_lsp(args: argparse.Namespace) -> int:
     # imported here: pygls and lsprotocol take most of a second, which `specd complete` need not pay
     from specd.lsp.framing import MAX_MESSAGE_BYTES
     from specd.lsp.server import build_server
-    from specd.lsp.settings import LspSettings
 
     handler: logging.Handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))

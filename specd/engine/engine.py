@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -19,8 +19,8 @@ from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.policy import CostModel, FixedK, KPolicy, StructureK
-from specd.engine.prompt import PromptBuilder, PromptWindows
-from specd.engine.sampling import SamplingParams
+from specd.engine.prompt import PromptBuilder
+from specd.engine.sampling import sampling_params
 from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
 from specd.engine.suffix import SuffixGuard
@@ -29,92 +29,12 @@ from specd.engine.speculative import Decoding, GenerationStats, generate
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
 
-MODES = ("spec", "target")
-
-
-class RequestError(ValueError):
-    """A request that cannot be served as given; the message names the field."""
-
-    def __init__(self, field_name: str, message: str) -> None:
-        super().__init__(f"{field_name}: {message}")
-        self.field = field_name
-
-
-class Cancelled(Exception):
-    """The request was cancelled; raised between speculative rounds."""
-
-
-class VocabularyMismatch(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    target: str = "qwen2.5-coder-1.5b"
-    draft: str | None = "qwen2.5-coder-0.5b"
-    target_quant: str = "int8"  # int8 | fp8 | int4 | bf16 | fp32 (see specd.models.quantize)
-    draft_quant: str = "int4"  # int4 | int8 | bf16 | fp32
-    # >0: the draft scores only the N most frequent code tokens (65536: ~1 % of the bench prompts'
-    # tokens fall outside it in Python, JavaScript and C; 32768 leaves 3-5 % out)
-    draft_head_vocab: int = 65536
-    drafter: str = "model"  # model | ngram | both (n-gram when it finds a match, else the model)
-    device: str = "cpu"
-    k: int | str = "auto"  # StructureK with the in-round gate (suite: 1.51x geomean vs K = 2 1.47x), or N
-    draft_min_prob: float = 0.0  # the model drafter stops a round below this top probability
-    tree: str = "off"  # "on": token trees, tree_width candidates where the draft's top prob < tree_branch_below
-    tree_width: int = 3
-    tree_branch_below: float = 0.5
-    max_len: int = 4096  # KV cache capacity, tokens
-    windows: PromptWindows = field(default_factory=PromptWindows)
-    threads: int = 0  # torch (and ONNX Runtime) intra-op threads; 0 = the library's default
-    # auto: on the CPU, int8 | int4 on torch with specd's kernels (layers fused in C), ONNX Runtime
-    # without them (and for fp32); torch otherwise (CUDA, bf16, fp8); or torch | ort
-    target_backend: str = "auto"
-    draft_backend: str = "auto"
-
-    def replace(self, **changes) -> "EngineConfig":
-        return dataclasses.replace(self, **changes)
-
-
-@dataclass(frozen=True)
-class CompletionRequest:
-    prefix: str
-    suffix: str = ""
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int | None = None
-    stop: tuple[str, ...] = ()
-    mode: str = "spec"
-    k: int | None = None  # None: the engine's configured K
-    tree: bool | None = None  # None: the engine's configured --tree
-    context: str = ""  # repository context before the FIM block (Qwen format; see prompt.py)
-
-    def validate(self, max_len: int) -> SamplingParams:
-        if not isinstance(self.prefix, str) or not isinstance(self.suffix, str):
-            raise RequestError("prefix", "prefix and suffix must be strings")
-        if not isinstance(self.context, str):
-            raise RequestError("context", "must be a string")
-        if not self.prefix and not self.suffix:
-            raise RequestError("prefix", "empty prompt: give a prefix or a suffix")
-        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or not 1 <= self.max_tokens <= max_len:
-            raise RequestError("max_tokens", f"must be an integer in 1..{max_len}, got {self.max_tokens!r}")
-        if self.mode not in MODES:
-            raise RequestError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
-        if self.k is not None and (isinstance(self.k, bool) or not isinstance(self.k, int) or not 0 <= self.k <= 32):
-            raise RequestError("k", f"must be an integer in 0..32, got {self.k!r}")
-        if self.tree is not None and not isinstance(self.tree, bool):
-            raise RequestError("tree", f"must be true or false, got {self.tree!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0):
-            raise RequestError("seed", f"must be a non-negative integer, got {self.seed!r}")
-        if not all(isinstance(s, str) and s for s in self.stop):
-            raise RequestError("stop", "must be a list of non-empty strings")
-        try:
-            return SamplingParams(float(self.temperature), float(self.top_p), int(self.top_k))
-        except (TypeError, ValueError) as e:
-            name = str(e).split(" ", 1)[0]
-            raise RequestError(name if name in ("temperature", "top_p", "top_k") else "temperature", str(e)) from e
+# The settings and request types live in torch-free modules (the thin clients read them without
+# loading the engine); they are imported here for the engine's use and for callers that import them
+# from this module.
+from specd.engine.config import EngineConfig
+from specd.engine.errors import VocabularyMismatch
+from specd.requests import Cancelled, CompletionRequest, RequestError
 
 
 @dataclass
