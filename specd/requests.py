@@ -83,11 +83,7 @@ class CompletionRequest:
         if not isinstance(self.stop, (tuple, list)) or not all(isinstance(s, str) and s for s in self.stop):
             raise RequestError("stop", "must be a list of non-empty strings")
         self._validate_sampling()
-        # TRANSITIONAL, until Engine.complete builds its SamplingParams (sampling_params(request)):
-        # the engine still expects validate() to return them
-        from specd.engine.sampling import sampling_params
-
-        return sampling_params(self)  # type: ignore[return-value]
+        return self
 
     def _validate_sampling(self) -> None:
         t, p, k = self.temperature, self.top_p, self.top_k

@@ -130,6 +130,8 @@ def from_table(cls: type, section: str, table: dict[str, Any], overrides: dict[s
     """``cls`` from a config table's values, with the non-None ``overrides`` (flags) on top; each
     value checked for its type, allowed values and range. Raises :class:`ConfigError`, naming the
     setting as ``section.name``."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{section}: must be a table, got {type(table).__name__}")
     by_name = {e.name: e for e in entries(cls)}
     given = {**table, **{k: v for k, v in (overrides or {}).items() if v is not None}}
     values: dict[tuple[str, ...], Any] = {}

@@ -44,9 +44,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _log_to_stderr() -> None:
     """The daemon's log lines on stderr, as ``specd: <message>``."""
+    logger = logging.getLogger("specd.daemon")
+    if logger.handlers:
+        return
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("specd: %(message)s"))
-    logger = logging.getLogger("specd.daemon")
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
