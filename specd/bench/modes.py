@@ -8,15 +8,16 @@ from dataclasses import dataclass
 from specd.bench.errors import BenchError
 
 SPECD_KINDS = ("target", "spec")
-ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup")
-ALL_MODES = "target,spec,hf-target,hf-assisted,llamacpp,llamacpp-lookup"
+ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup", "llamacpp-server")
+ALL_MODES = "target,spec,hf-target,hf-assisted,llamacpp,llamacpp-lookup,llamacpp-server"
 HELP = (
     "comma-separated: target (specd, target alone), spec (the configured K), spec:k=N or spec:auto "
     "(the K policy), each with an optional :tree (token trees) and :continue (the timed request "
     "continues an accepted suggestion: its prefix adds the first characters of an untimed "
     "suggestion, which stays remembered; target:continue is its baseline), and the "
     "anchors hf-target, hf-assisted (transformers assisted generation, same pair, fp32), llamacpp, "
-    "llamacpp-lookup[:k=N] (llama-cpp-python on the same GGUF files); 'all' = " + ALL_MODES
+    "llamacpp-lookup[:k=N] (llama-cpp-python on the same GGUF files), llamacpp-server (llama.cpp's "
+    "llama-server /infill, binaries built by `python -m specd.bench.llamacpp_build`); 'all' = " + ALL_MODES
 )
 
 
