@@ -78,6 +78,8 @@ class Decoder(CacheOwner):
             if name not in weights:
                 raise KeyError(f"missing weight {name!r}")
             t = weights[name]
+            if not isinstance(t, torch.Tensor):  # held in its file's blocks (specd.models.gguf_linear.GgufEmbedding)
+                return t
             return t if t.dtype == dtype and t.device == self.device else t.to(self.device, dtype)
 
         def lazy(*names: str) -> Callable[[], torch.Tensor]:

@@ -130,6 +130,20 @@ def convert_gguf(
     return out_dir
 
 
+def write_tokenizer_dir(gguf_path: Path, out_dir: Path, config: ModelConfig) -> Path:
+    """``config.json`` and ``tokenizer.json`` (from the GGUF vocabulary and merges) in ``out_dir``,
+    no weights: what quant mode gguf needs beside the file itself. The tokenizer is written under
+    a temporary name and renamed, so a present ``tokenizer.json`` is always whole."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "config.json").write_text(json.dumps(config.to_hf(), indent=2))
+    tmp = out_dir / "tokenizer.partial"
+    tmp.mkdir(exist_ok=True)
+    _write_tokenizer(gguf_path, tmp)
+    (tmp / "tokenizer.json").rename(out_dir / "tokenizer.json")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
 def _write_tokenizer(gguf_path: Path, out_dir: Path) -> None:
     # transformers takes seconds to import; only a GGUF conversion needs it
     from transformers import AutoTokenizer

@@ -16,6 +16,7 @@ from typing import Sequence
 
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
 
 from specd.models import q8
 from specd.models.errors import ModelError
@@ -195,10 +196,12 @@ def dequantize_activations(qtype: int, act: torch.Tensor, k: int) -> torch.Tenso
 
 class GgufEmbedding:
     """A token embedding held in its GGUF blocks ``raw`` uint8 ``[V, row_bytes]``; indexing with
-    token ids dequantizes just those rows: ``emb[tokens]`` -> float32 ``[n, H]``."""
+    token ids dequantizes just those rows: ``emb[tokens]`` -> float32 ``[n, H]`` (specd's kernels
+    for their formats, gguf-py's dequantization for any other block format)."""
 
     def __init__(self, name: str, qtype: int, raw: torch.Tensor, dim: int) -> None:
-        _check_part(GgufPart(name, qtype, raw), dim)
+        if unsupported(qtype, dim) is None:
+            _check_part(GgufPart(name, qtype, raw), dim)
         self.name, self.qtype, self.raw, self.dim = name, qtype, raw, dim
 
     @property
@@ -210,5 +213,8 @@ class GgufEmbedding:
         return self.raw.nbytes
 
     def __getitem__(self, tokens: torch.Tensor) -> torch.Tensor:
-        rows = self.raw.index_select(0, torch.as_tensor(tokens, dtype=torch.long).reshape(-1))
-        return dequantize(self.qtype, rows, self.dim)
+        rows = self.raw.index_select(0, torch.as_tensor(tokens, dtype=torch.long).reshape(-1))  # [n, row_bytes]
+        if unsupported(self.qtype, self.dim) is None:
+            return dequantize(self.qtype, rows, self.dim)
+        values = gguf_dequantize(rows.numpy(), GGMLQuantizationType(self.qtype))
+        return torch.from_numpy(values.reshape(rows.shape[0], self.dim).astype("float32"))

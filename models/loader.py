@@ -19,9 +19,10 @@ from specd.models.calibrate import calibration_tokens, channel_absmax, channel_m
 from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
-from specd.models.gguf_convert import convert_gguf
-from specd.models.modes import BACKENDS, KERNEL_QUANTS, ORT_QUANTS
-from specd.models.pull import converted_dir, is_pulled
+from specd.models.gguf_convert import convert_gguf, write_tokenizer_dir
+from specd.models.gguf_model import GgufFile, GgufLinearFactory, GgufWeights
+from specd.models.modes import BACKENDS, GGUF_QUANT, KERNEL_QUANTS, ORT_QUANTS
+from specd.models.pull import converted_dir, gguf_path, is_pulled
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
 from specd.models.tokenizer import Tokenizer
@@ -63,10 +64,15 @@ def resolve(spec: str) -> Path:
     )
 
 
-def _converted_gguf(path: Path) -> Path:
+def _converted_path(path: Path) -> Path:
+    """Where a GGUF file's conversion (or, for quant mode gguf, its tokenizer) is cached."""
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    out = cache_root() / "converted" / f"{path.stem}-{key}"
+    return cache_root() / "converted" / f"{path.stem}-{key}"
+
+
+def _converted_gguf(path: Path) -> Path:
+    out = _converted_path(path)
     if not (out / "model.safetensors").exists():
         print(f"converting {path} once into {out}", file=sys.stderr)
         convert_gguf(path, out)
@@ -142,7 +148,7 @@ def resolve_backend(backend: str, quant: str, device: str) -> str:
         return backend
     if device != "cpu":
         return "torch"
-    if quant in KERNEL_QUANTS and q8.available():
+    if quant in KERNEL_QUANTS and q8.available() or quant == GGUF_QUANT:
         return "torch"
     return "ort" if quant in ORT_QUANTS else "torch"
 
@@ -166,6 +172,8 @@ def load_model(
             raise ModelError(f"{spec}: the ort backend runs on the CPU only, not {device!r}")
     else:
         check_mode(quant, device, spec)
+    if quant == GGUF_QUANT:
+        return _load_gguf(spec, max_len=max_len, head_vocab=head_vocab)
     directory = resolve(spec)
     try:
         config = ModelConfig.from_hf(json.loads((directory / "config.json").read_text()))
@@ -197,3 +205,42 @@ def load_model(
     if factory is not None:
         factory.save()  # quantized once, loaded from disk next time
     return LoadedModel(spec, directory, config, decoder, tokenizer)
+
+
+def _gguf_source(spec: str) -> tuple[Path, Path]:
+    """(the GGUF file, the directory holding its tokenizer.json) of ``spec`` for quant mode gguf:
+    a published model's pulled file, or a .gguf path. ModelError for anything else."""
+    if spec in PUBLISHED:
+        m = PUBLISHED[spec]
+        path = gguf_path(m)
+        if not path.exists():
+            raise ModelError(f"model {spec!r} is not downloaded yet: run `specd models pull {spec}`")
+        return path, converted_dir(m)
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path, _converted_path(path)
+    raise ModelError(f"{spec}: quant mode gguf runs a GGUF file's own weight blocks, and {spec!r} is not a "
+                     f".gguf file or a published model; use int8 / int4 / bf16 for it")
+
+
+def _load_gguf(spec: str, *, max_len: int, head_vocab: int) -> LoadedModel:
+    """Quant mode gguf (``specd.models.gguf_model``): the decoder over the file's own blocks; the
+    tokenizer (and config.json) built once beside the cache, no weights converted."""
+    why = q8.unavailable()
+    if why:
+        raise ModelError(f"{spec}: quant mode gguf runs on specd's kernels: {why}")
+    path, tok_dir = _gguf_source(spec)
+    file = GgufFile(path)
+    config = file.config
+    if not (tok_dir / "tokenizer.json").exists():
+        print(f"specd: building the tokenizer of {path} once into {tok_dir}", file=sys.stderr)
+        write_tokenizer_dir(path, tok_dir, config)
+    tokenizer = Tokenizer.from_file(tok_dir / "tokenizer.json")
+    head_rows = subvocab.load(tok_dir, head_vocab, tokenizer) if 0 < head_vocab < config.vocab_size else None
+    factory = GgufLinearFactory(file, head_rows, spec)
+    try:
+        decoder = Decoder(config, GgufWeights(file), compute_dtype=torch.bfloat16, max_len=max_len,
+                          linear_factory=factory, head_rows=head_rows)
+    except KeyError as e:
+        raise ModelError(f"{path}: {e.args[0]}; the file does not fit a {config.architecture} model") from e
+    return LoadedModel(spec, path, config, decoder, tokenizer)

@@ -10,6 +10,9 @@ Modes (``--target-quant`` / ``--draft-quant``; the lists are in :mod:`specd.mode
 - ``int4``: on an x86-64 CPU with AVX2, ``Q4Linear`` (specd's INT4 kernel: blocks of 32 with an
   fp16 scale, int8 activations per block); elsewhere on CPU ``Int4Linear`` group-wise (group 64,
   torch's kernel); bitsandbytes NF4 on CUDA.
+- ``gguf``: a GGUF file's own blocks as stored (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K), on specd's kernels
+  (``specd.models.gguf_linear``; the loader builds these layers, ``specd.models.gguf_model``,
+  without this module's store): nothing dequantized or re-quantized, CPU only.
 - ``fp8``: e4m3 weights with per-channel scales; ``torch._scaled_mm`` on CUDA sm89+, dequantized
   to bf16 on CPU (correct, slow).
 
@@ -32,7 +35,7 @@ from specd.models.decoder import HEAD_INPUT
 from specd.models.errors import ModelError
 from specd.models.fp8 import FP8Linear, quantize_fp8
 from specd.models.gpu import check_cuda_mode, cuda_linear_factory
-from specd.models.modes import DENSE_QUANTS, TARGET_QUANTS
+from specd.models.modes import DENSE_QUANTS, GGUF_QUANT, TARGET_QUANTS
 from specd.models.quant import (
     DenseLinear,
     Int4Linear,
@@ -53,6 +56,8 @@ def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
     if mode not in TARGET_QUANTS:
         raise ModelError(f"{model}: unknown quantization {mode!r}; use one of {', '.join(TARGET_QUANTS)}")
     if device.startswith("cuda"):
+        if mode == GGUF_QUANT:
+            raise ModelError(f"{model}: quant mode gguf runs on the CPU (specd's kernels); use --device cpu, or int8 on CUDA")
         check_cuda_mode(mode, model)
 
 
@@ -91,6 +96,8 @@ def linear_factory(directory: Path | None, mode: str, model: str = "model", devi
     check_mode(mode, device, model)
     if mode in DENSE_QUANTS:
         return None
+    if mode == GGUF_QUANT:
+        raise ModelError(f"{model}: quant mode gguf runs a GGUF file's own blocks; pass a .gguf file or a published model")
     if device.startswith("cuda"):
         return cuda_linear_factory(mode)
     return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model)
