@@ -88,6 +88,8 @@ class GgufLinear:
     own block format). Per call the activations are quantized once per activation format (A32 /
     Q8_K) and each part's kernel writes its columns of the output directly."""
 
+    bits = 0  # specd.models.q8layer's weight kind: part tables (kernel_abi.h gg_parts)
+
     def __init__(self, parts: Sequence[GgufPart], in_features: int) -> None:
         if not parts:
             raise ModelError("a GGUF linear layer needs at least one weight tensor")
@@ -97,6 +99,10 @@ class GgufLinear:
         self.parts = list(parts)
         self.in_features = in_features
         self.out_features = sum(p.raw.shape[0] for p in self.parts)
+        # the part table the C side reads (gg_linear_parts, the fused layer's weights argument):
+        # int64 [count, (type, rows, address) per part]; the parts' tensors stay referenced above
+        self.packed = torch.tensor([len(self.parts)] + [v for p in self.parts
+                                    for v in (p.qtype, p.raw.shape[0], p.raw.data_ptr())], dtype=torch.int64)
 
     @classmethod
     def from_blocks(cls, name: str, qtype: int, raw: torch.Tensor, in_features: int) -> "GgufLinear":
@@ -118,34 +124,35 @@ class GgufLinear:
             raise ValueError(f"x is on {x.device}: specd's GGUF kernels run on the CPU")
         return x.float().contiguous()
 
-    def _run(self, x: torch.Tensor, reference: bool) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """One C call (gg_linear_parts): the activations quantized once per activation format,
+        each part's kernel writing its columns of y."""
         x = self._check_x(x)
-        lib = self.kernel.lib
-        quantize, gemm = (lib.gg_quantize_ref, lib.gg_gemm_ref) if reference else (lib.gg_quantize, lib.gg_gemm)
         n, k = x.shape
+        lib = self.kernel.lib
         y = torch.empty(n, self.out_features, dtype=torch.float32)  # [n, N]
-        acts: dict[bool, torch.Tensor] = {}  # by K-quant or not: the quantized rows [n, act_bytes]
+        act = torch.empty(int(lib.gg_parts_act_bytes(k, n)), dtype=torch.uint8)  # quantized rows
         with self.kernel.lock:
-            col = 0
-            for p in self.parts:
-                family = p.qtype in K_QUANTS
-                if family not in acts:
-                    acts[family] = torch.empty(n, int(lib.gg_act_bytes(p.qtype, k)), dtype=torch.uint8)
-                    if quantize(p.qtype, x.data_ptr(), n, k, acts[family].data_ptr()) != 0:
-                        raise RuntimeError(f"{p.name}: the kernel refused {type_name(p.qtype)} activations of width {k}")
-                rows = p.raw.shape[0]
-                if gemm(p.qtype, p.raw.data_ptr(), rows, k, acts[family].data_ptr(), n,
-                         y.data_ptr() + 4 * col, self.out_features) != 0:
-                    raise RuntimeError(f"{p.name}: the kernel refused a {type_name(p.qtype)} weight [{rows}, {k}]")
-                col += rows
+            lib.gg_linear_parts(self.packed.data_ptr(), k, x.data_ptr(), n, y.data_ptr(), act.data_ptr())
         return y
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self._run(x, reference=False)
-
     def reference(self, x: torch.Tensor) -> torch.Tensor:
-        """The same linear by the kernels' scalar reference (tests): the SIMD path equals it bit for bit."""
-        return self._run(x, reference=True)
+        """The same linear by the kernels' scalar reference, part by part (tests: the SIMD path
+        equals it bit for bit)."""
+        x = self._check_x(x)
+        n, k = x.shape
+        lib = self.kernel.lib
+        y = torch.empty(n, self.out_features, dtype=torch.float32)  # [n, N]
+        col = 0
+        for p in self.parts:
+            act = torch.empty(n, int(lib.gg_act_bytes(p.qtype, k)), dtype=torch.uint8)
+            rows = p.raw.shape[0]
+            if (lib.gg_quantize_ref(p.qtype, x.data_ptr(), n, k, act.data_ptr()) != 0
+                    or lib.gg_gemm_ref(p.qtype, p.raw.data_ptr(), rows, k, act.data_ptr(), n,
+                                       y.data_ptr() + 4 * col, self.out_features) != 0):
+                raise RuntimeError(f"{p.name}: the kernel refused a {type_name(p.qtype)} weight [{rows}, {k}]")
+            col += rows
+        return y
 
     def dequantize(self) -> torch.Tensor:
         """The weights as float32 ``[N, K]`` (the scalar reference dequantization: gguf-py's

@@ -1,5 +1,6 @@
 """The decoder's layers in one C call each (``models/csrc/q8layer.c``), when every linear layer
-is specd's INT8 kernel (``Q8Linear``) or every one its INT4 kernel (``Q4Linear``, drafts): norms, rotary embeddings, the KV-cache write, per-row
+is specd's INT8 kernel (``Q8Linear``), every one its INT4 kernel (``Q4Linear``, drafts) or every
+one a GGUF file's own blocks (``GgufLinear``, quant mode gguf): norms, rotary embeddings, the KV-cache write, per-row
 attention and the SwiGLU in C instead of ~40 small torch ops per layer.
 
 Same contract as the Python loop in ``specd.models.decoder``: a forward over ``n`` new tokens
@@ -17,6 +18,7 @@ import torch
 
 from specd.models import q8
 from specd.models.config import ModelConfig
+from specd.models.gguf_linear import GgufLinear
 
 
 def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> bool:
@@ -27,11 +29,12 @@ def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> b
         and config.head_dim % 8 == 0
         and config.num_heads % config.num_kv_heads == 0
         and len({type(layer[n]) for layer in layers for n in _LINEARS}) == 1
-        and isinstance(layers[0]["qkv"], (q8.Q8Linear, q8.Q4Linear))
+        and isinstance(layers[0]["qkv"], _KINDS)
     )
 
 
 _LINEARS = ("qkv", "o", "gate_up", "down")
+_KINDS = (q8.Q8Linear, q8.Q4Linear, GgufLinear)  # their ``packed`` and ``bits`` are what q8_layer reads
 
 
 def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
@@ -47,7 +50,7 @@ def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtyp
 
 def _check_layers(config: ModelConfig, layers: list[dict]) -> None:
     """TypeError / ValueError unless every layer's weights have the shapes ``config`` gives them
-    and every linear is the same kernel class (``Q8Linear`` or ``Q4Linear``)."""
+    and every linear is the same kernel class (``Q8Linear``, ``Q4Linear`` or ``GgufLinear``)."""
     c = config
     if c.num_kv_heads <= 0 or c.num_heads % c.num_kv_heads or c.head_dim % 8:
         raise ValueError(f"{c.num_heads} heads over {c.num_kv_heads} KV heads of head_dim {c.head_dim}: "
@@ -57,8 +60,8 @@ def _check_layers(config: ModelConfig, layers: list[dict]) -> None:
     if not layers:
         raise ValueError("no layers to fuse")
     kind = type(layers[0]["qkv"])
-    if kind not in (q8.Q8Linear, q8.Q4Linear):
-        raise TypeError(f"layer 0 qkv: expected Q8Linear or Q4Linear, got {kind.__name__}")
+    if kind not in _KINDS:
+        raise TypeError(f"layer 0 qkv: expected Q8Linear, Q4Linear or GgufLinear, got {kind.__name__}")
     for li, layer in enumerate(layers):
         for name, shape in shapes.items():
             lin = layer[name]

@@ -168,6 +168,7 @@ def test_parts_of_different_formats() -> None:
     alone = torch.cat([GgufLinear([p], k)(x) for p in parts], dim=1)
     assert lin.out_features == 80 and lin.types() == ["Q4_K", "Q8_0", "Q6_K", "Q5_0"]
     assert np.array_equal(bits(lin(x)), bits(alone))
+    assert np.array_equal(bits(lin(x)), bits(lin.reference(x)))  # one C call == part by part, scalar
     assert lin.nbytes() == sum(p.raw.nbytes for p in parts)
     assert torch.equal(lin.dequantize(), torch.cat([dequantize(p.qtype, p.raw, k) for p in parts]))
 

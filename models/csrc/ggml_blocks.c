@@ -746,3 +746,40 @@ int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t 
         for (int64_t o = 0; o < N; o++) y[r * ldy + o] = dot_ref(type, w + o * wrb, act + r * arb, k);
     return 0;
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* a linear of several parts (q, k, v or gate, up, each in its own format)                     */
+
+/* bytes of one A32 row and one Q8_K row of k (0 when k is not whole super-blocks) */
+static int64_t a32_bytes(int64_t k) { return k / QK32 * 8 + k; }
+static int64_t q8k_bytes(int64_t k) { return k % QK_K ? 0 : k / QK_K * (int64_t)sizeof(block_q8_K); }
+
+/* scratch bytes gg_linear_parts needs for n rows of k, whatever the parts' formats */
+int64_t gg_parts_act_bytes(int64_t k, int64_t n) { return n * (a32_bytes(k) + q8k_bytes(k)); }
+
+/* y [n, N] = x [n, k] times the weights of the part table `parts` (kernel_abi.h's gg_parts:
+ * count, then per part its type, rows and address; N = the sum of the rows, each part's columns
+ * after the previous part's). The activations are quantized once per activation format (A32,
+ * Q8_K) into act (gg_parts_act_bytes(k, n) bytes), then each part's gg_gemm writes its columns:
+ * every y value is the one gg_quantize + gg_gemm give for that part alone. The caller checked
+ * the types and k (specd.models.gguf_linear). */
+void gg_linear_parts(const int64_t *parts, int64_t k, const float *x, int64_t n, float *y, uint8_t *act) {
+    const int64_t count = parts[0];
+    int64_t N = 0, col = 0;
+    for (int64_t i = 0; i < count; i++) N += parts[2 + 3 * i];
+    uint8_t *a32 = act, *a8k = act + n * a32_bytes(k);
+    int have32 = 0, have8k = 0;
+    for (int64_t i = 0; i < count; i++) {
+        const int type = (int)parts[1 + 3 * i];
+        const int64_t rows = parts[2 + 3 * i];
+        const uint8_t *w = (const uint8_t *)(intptr_t)parts[3 + 3 * i];
+        uint8_t *a = is_k_quant(type) ? a8k : a32;
+        int *have = is_k_quant(type) ? &have8k : &have32;
+        if (!*have) {
+            gg_quantize(type, x, n, k, a);
+            *have = 1;
+        }
+        gg_gemm(type, w, rows, k, a, n, y + col, N);
+        col += rows;
+    }
+}

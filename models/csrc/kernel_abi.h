@@ -14,7 +14,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 2
+#define SPECD_KERNEL_ABI_VERSION 3
 
 #define SPECD_KERNEL_SIGNATURES                                                                \
     "q8_linear(p,i64,i64,p,i64,p,p,p)->void;"                                                  \
@@ -33,7 +33,10 @@
     "gg_quantize(i32,p,i64,i64,p)->i32;"                                                       \
     "gg_quantize_ref(i32,p,i64,i64,p)->i32;"                                                   \
     "gg_gemm(i32,p,i64,i64,p,i64,p,i64)->i32;"                                                 \
-    "gg_gemm_ref(i32,p,i64,i64,p,i64,p,i64)->i32"
+    "gg_gemm_ref(i32,p,i64,i64,p,i64,p,i64)->i32;"                                             \
+    "gg_parts_act_bytes(i64,i64)->i64;"                                                        \
+    "gg_linear_parts(p,i64,p,i64,p,p)->void;"                                                  \
+    "gg_parts[count,type,rows,pointer]->i64"
 
 /* the ABI itself (fixed forever: the loader calls these before anything else) */
 int specd_kernel_abi_version(void);
@@ -49,10 +52,11 @@ void *specd_kernel_omp_entry(void);
 void specd_kernel_set_threads(int n);
 
 /* q8layer.c */
-/* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8 | 4) */
+/* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8 | 4, or
+ * 0: every linear a GGUF part table, gg_parts) */
 enum { D_H, D_NH, D_NKV, D_HD, D_I, D_CAP, D_BITS };
-/* weights[]: qkv, o, gate_up, down (packed: q8.pack or q8.pack4), in_norm, post_norm, qkv bias
- * (or NULL) */
+/* weights[]: qkv, o, gate_up, down (packed: q8.pack or q8.pack4; with bits 0 their gg_parts
+ * tables), in_norm, post_norm, qkv bias (or NULL) */
 enum { W_QKV, W_O, W_GU, W_DOWN, W_IN_NORM, W_POST_NORM, W_QKV_BIAS };
 int64_t q8_layer_scratch(const int64_t *d, int64_t n);
 void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64_t n, int64_t start,
@@ -70,6 +74,9 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
             int64_t ldy);
 int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
                 int64_t ldy);
+/* a linear of several parts; parts[]: count, then per part type, rows, address (all int64) */
+int64_t gg_parts_act_bytes(int64_t k, int64_t n);
+void gg_linear_parts(const int64_t *parts, int64_t k, const float *x, int64_t n, float *y, uint8_t *act);
 
 /* internal (not exported): the team size of the kernels' parallel regions, see q8kernel.c */
 __attribute__((visibility("hidden"))) int specd_team_size(void);

@@ -1,5 +1,6 @@
 /* One Qwen2/Llama decoder layer over n new tokens, in C, its linear layers through specd's INT8
- * or INT4 kernel (q8_linear / q4_linear in q8kernel.c): what models/decoder.py's Python loop does per layer, without
+ * or INT4 kernel (q8_linear / q4_linear in q8kernel.c) or a GGUF file's own blocks
+ * (gg_linear_parts in ggml_blocks.c): what models/decoder.py's Python loop does per layer, without
  * the ~40 small torch ops per layer that cost a 28-layer model ~25 ms per step on two cores.
  *
  *   h = rms(x) * in_norm;  q, k, v = split(h @ Wqkv + b);  q, k = rope(q), rope(k)
@@ -139,17 +140,21 @@ static int64_t widest_input(const int64_t *d) {
 }
 
 /* floats of scratch for n rows: h, qkv, attn, gate_up, act, y, then the linears' activations
- * (int8 values, a float scale per block and, for INT4, an int32 sum per block) */
+ * (int8 values, a float scale per block and, for INT4, an int32 sum per block; for GGUF part
+ * tables, gg_linear_parts' bytes at the widest input, which cover every narrower one) */
 int64_t q8_layer_scratch(const int64_t *d, int64_t n) {
     const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], kvd = d[D_NKV] * d[D_HD], I = d[D_I];
     const int64_t kmax = widest_input(d), blocks = n * kmax / 32;
-    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + n * kmax / 4 + blocks
-           + (d[D_BITS] == 4 ? blocks : 0) + 64;
+    const int64_t acts = d[D_BITS] == 0 ? (gg_parts_act_bytes(kmax / 256 * 256 + 256, n) + 3) / 4
+                                        : n * kmax / 4 + blocks + (d[D_BITS] == 4 ? blocks : 0);
+    return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + acts + 64;
 }
 
 static void linear(int64_t bits, const void *w, int64_t N, int64_t k, const float *x, int64_t n,
                    float *y, int8_t *xq, float *xd, int32_t *xs) {
-    if (bits == 4)
+    if (bits == 0)
+        gg_linear_parts((const int64_t *)w, k, x, n, y, (uint8_t *)xq);
+    else if (bits == 4)
         q4_linear((const uint8_t *)w, N, k, x, n, y, xq, xd, xs);
     else
         q8_linear((const uint8_t *)w, N, k, x, n, y, xq, xd);
