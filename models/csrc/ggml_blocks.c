@@ -428,6 +428,15 @@ static void quantize_q8_K(const float *x, int64_t k, block_q8_K *y) {
 /* ---------------------------------------------------------------------------------------- */
 /* AVX2: dot products                                                                          */
 
+/* Software prefetch of the weight bytes GG_PREFETCH ahead of the block being read: the hardware
+ * prefetcher alone leaves a streaming thread at about half the bandwidth (as in q8kernel.c) */
+#ifndef GG_PREFETCH
+#define GG_PREFETCH 2048
+#endif
+static inline void prefetch_span(const void *p, int bytes) {
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + GG_PREFETCH + off, _MM_HINT_T0);
+}
+
 /* the sum of 8 int32 lanes (exact) */
 static inline int32_t hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -495,6 +504,7 @@ static inline __attribute__((always_inline)) void tile_b32(const int type, const
     for (int j = 0; j < R; j++) acc[j] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
+        prefetch_span(w + b * bsz, 8 * (int)bsz);
         __m256i c[8];
         uint16_t dh[8];
         for (int t = 0; t < 8; t++) {
@@ -547,6 +557,7 @@ static inline __attribute__((always_inline)) void tile_q4_K(const int R, const b
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < nsb; i++) {
         const block_q4_K *b = w + i;
+        prefetch_span(b, sizeof(block_q4_K));
         uint32_t u[4];
         memcpy(u, b->scales, 12);
         u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
@@ -601,6 +612,7 @@ static inline __attribute__((always_inline)) void tile_q6_K(const int R, const b
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t i = 0; i < nsb; i++) {
         const block_q6_K *b = w + i;
+        prefetch_span(b, sizeof(block_q6_K));
         const __m128i sc = _mm_loadu_si128((const __m128i *)b->scales);
         __m256i sumi[4];
         for (int j = 0; j < R; j++) sumi[j] = _mm256_setzero_si256();
