@@ -741,6 +741,7 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
     if (gg_row_bytes(type, k) < 0 || N < 0 || n < 0 || ldy < N) return -1;
     /* small calls stay on one thread: waking the pool costs more than it saves */
     const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
+    (void)parallel; /* (unused without OpenMP) */
 #pragma omp parallel if (parallel) num_threads(specd_team_size())
     {
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
