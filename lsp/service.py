@@ -21,6 +21,7 @@ from specd.lsp.documents import DocumentState, Documents
 from specd.lsp.positions import index_to_column
 from specd.lsp.postprocess import is_mid_line, postprocess
 from specd.lsp.settings import LspSettings
+from specd.lsp.shown import ShownSuggestions
 from specd.lsp.window import Window, cut_window
 
 Log = Callable[[str], None]
@@ -51,6 +52,8 @@ class CompletionService:
         self.log = log
         self.debug = debug or (lambda _m: None)
         self.recent = RecentEdits()
+        self.shown = ShownSuggestions()
+        self.answered_locally = 0  # suggestions served from ``shown`` without a request
         self._inflight: dict[str, asyncio.Task[str]] = {}
         self._superseded: set[asyncio.Task[str]] = set()
         self._session_tag = f"lsp-{os.getpid()}"
@@ -65,6 +68,7 @@ class CompletionService:
 
     def closed(self, uri: str) -> None:
         self.recent.closed(uri)
+        self.shown.forget(uri)
         self._supersede(uri)
 
     def _supersede(self, uri: str) -> None:
@@ -93,13 +97,18 @@ class CompletionService:
         w = snap.window
         if not w.prefix and not w.suffix:
             return None
-        mid = self.settings.rules.single_line_mid_line and is_mid_line(w.line_suffix)
-        request = CompletionRequest(
-            prefix=w.prefix, suffix=w.suffix, max_tokens=self.settings.max_tokens, temperature=0.0,
-            stop=("\n",) if mid else (), context=self.context_for(doc))
-        raw = await self._run(uri, request)
-        if raw is None:
-            return None
+        raw = self.shown.along(uri, w)
+        if raw is not None:  # typing along the suggestion on screen: its rest, at once
+            self.answered_locally += 1
+        else:
+            mid = self.settings.rules.single_line_mid_line and is_mid_line(w.line_suffix)
+            request = CompletionRequest(
+                prefix=w.prefix, suffix=w.suffix, max_tokens=self.settings.max_tokens, temperature=0.0,
+                stop=("\n",) if mid else (), context=self.context_for(doc))
+            raw = await self._run(uri, request)
+            if raw is None:
+                return None
+            self.shown.remember(uri, w, raw)
         now = self.documents.get(uri)
         if now is None or now.version != snap.version:
             self.debug(f"dropped a completion for {uri} version {snap.version}: now {now and now.version}")

@@ -66,3 +66,32 @@ async def test_autostart_serve_and_restart_after_the_daemon_dies(client: Languag
         raise AssertionError(f"no completion after the daemon died; log: {(SOCKET.parent / 'daemon.log').read_text()[-2000:]}")
     with Client(SOCKET, timeout=30) as c:
         assert int(c.call("health")["pid"]) != first_pid
+
+
+def daemon_served() -> int:
+    with Client(SOCKET, timeout=30) as c:
+        return int(c.call("stats")["requests"]["served"])
+
+
+async def test_typing_along_a_suggestion_is_answered_without_a_request(client: LanguageClient) -> None:
+    """The rest of the suggestion on screen is the answer while the user types along it: no
+    request reaches the daemon; a character that departs from it asks the daemon again."""
+    from tests.lsp_session import insert
+
+    enc = encoding_of(client.init_result)  # type: ignore[attr-defined]
+    shown = (await complete(client)).items[0].insert_text
+    assert isinstance(shown, str) and len(shown) >= 2 and "\n" not in shown[:1], shown
+    served = daemon_served()
+    at = position(DOC_TEXT, 2, 4, enc)
+    insert(client, DOC_URI, 2, at, shown[0])
+    text = DOC_TEXT.replace("\n    \n", "\n    " + shown[0] + "\n")
+    again = await client.text_document_inline_completion_async(inline_params(DOC_URI, position(text, 2, 5, enc)))
+    assert isinstance(again, types.InlineCompletionList) and len(again.items) == 1
+    assert again.items[0].insert_text == shown[1:]
+    assert daemon_served() == served  # answered by the LSP itself
+
+    other = "Z" if shown[1] != "Z" else "Y"  # departs from the suggestion
+    insert(client, DOC_URI, 3, position(text, 2, 5, enc), other)
+    text = text.replace("\n    " + shown[0] + "\n", "\n    " + shown[0] + other + "\n")
+    await client.text_document_inline_completion_async(inline_params(DOC_URI, position(text, 2, 6, enc)))
+    assert daemon_served() == served + 1

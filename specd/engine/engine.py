@@ -8,7 +8,6 @@ optional draft and the tokenizer; it knows no socket and no editor. Contract: fo
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -32,9 +31,9 @@ from specd.models.tokenizer import Tokenizer
 # The settings and request types live in torch-free modules (the thin clients read them without
 # loading the engine); they are imported here for the engine's use and for callers that import them
 # from this module.
-from specd.engine.config import EngineConfig
+from specd.engine.config import DRAFTERS, TREE, EngineConfig
 from specd.engine.errors import VocabularyMismatch
-from specd.requests import Cancelled, CompletionRequest, RequestError
+from specd.requests import K_MAX, Cancelled, CompletionRequest, RequestError
 
 
 @dataclass
@@ -62,7 +61,6 @@ def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: Causal
         )
 
 
-DRAFTERS = ("model", "ngram", "both")
 
 
 def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
@@ -99,9 +97,9 @@ class Engine:
         self.tokenizer = tokenizer
         self.config = config
         self.prompts = PromptBuilder(tokenizer, config.windows)
-        if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= 32)):
-            raise ValueError(f"k must be 0..32 or 'auto', got {config.k!r}")
-        if config.tree not in ("on", "off") or config.tree_width < 1:
+        if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= K_MAX)):
+            raise ValueError(f"k must be 0..{K_MAX} or 'auto', got {config.k!r}")
+        if config.tree not in TREE or config.tree_width < 1:
             raise ValueError(f"tree must be 'on' or 'off' and tree_width >= 1, got {config.tree!r}, {config.tree_width}")
         # chain and token-tree drafters over the same draft model; config.tree picks the default,
         # a request may ask for the other
@@ -131,7 +129,7 @@ class Engine:
     ) -> Completion:
         """Run one completion. ``on_delta`` receives text as it is verified; ``cancelled`` is
         polled between rounds and, when it returns True, the request ends with ``Cancelled``."""
-        params = dataclasses.replace(request.validate(self.config.max_len), allowed=self._allowed)
+        params = sampling_params(request.validate(self.config.max_len), allowed=self._allowed)
         prompt = self.prompts.build(request.prefix, request.suffix, request.context)
         if len(prompt) + request.max_tokens > self.config.max_len:
             raise RequestError(
