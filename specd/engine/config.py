@@ -67,9 +67,8 @@ def _model_or_none(value: str) -> str | None:
 @dataclass(frozen=True)
 class PromptWindows:
     max_prefix_tokens: int = setting(1024, check=_positive, help="prefix window: tokens before the cursor")
-    # In FIM order a keystroke recomputes every suffix token, in both models. Measured here:
-    # 32 tokens answer a keystroke in 3.2 s (p50), 256 in 16.7 s, at no measurable cost in
-    # completion quality on the bench tasks (bench/RESULTS.md, "keystrokes").
+    # In FIM order a keystroke recomputes every suffix token, in both models: kept short (the
+    # trade-off against completion quality is measured in bench/HISTORY.md, "keystrokes").
     max_suffix_tokens: int = setting(32, check=_positive,
                                      help="suffix window: tokens after the cursor (each keystroke recomputes them)")
     max_context_tokens: int = setting(1024, check=_positive, help="repository context window, in tokens")
@@ -91,7 +90,7 @@ class EngineConfig:
                            help="draft source: the draft model, prompt lookup (n-gram), or both (n-gram when it "
                                 "finds a match, else the model)")
     device: str = setting("cpu", check=_device, help="cpu or cuda[:N]")
-    # auto: StructureK with the in-round gate (suite: 1.51x geomean vs K = 2 1.47x)
+    # auto: StructureK with the in-round gate (bench/RESULTS.md compares it with fixed K)
     k: int | str = setting("auto", parse=parse_k, check=_check_k,
                            help="draft tokens per round, or 'auto' (chosen per round; requests may override)")
     draft_min_prob: float = setting(0.0, check=_probability,
