@@ -177,3 +177,19 @@ def test_gated_rounds_stop_early_and_keep_the_target_output() -> None:
     out, stats = generate(target, [1, 2, 3], Decoding(30), ModelDrafter(draft), k=gated)
     assert out == plain
     assert stats.drafted < stats.rounds * 2  # some rounds stopped after their first draft
+
+
+def test_free_drafts_are_priced_by_the_verification_curve() -> None:
+    """The rest of a suggestion costs no draft step, but each verified row costs what the curve
+    says: K auto verifies as many as pay, and fewer once they are seen rejected early."""
+    from specd.engine.policy import StructureK
+
+    flat = StructureK(CostModel(19.0, tuple(75.0 for _ in range(9))), classify=lambda seq: "code")
+    steep = StructureK(CostModel(19.0, (75, 77, 80, 90, 100, 112, 125, 138, 150)), classify=lambda seq: "code")
+    assert flat.choose_free() == StructureK.LOOKAHEAD_MAX  # verifying more rows is free: all of them
+    first = steep.choose_free()
+    assert 1 <= first < StructureK.LOOKAHEAD_MAX
+    for _ in range(40):
+        steep.observe_free(drafted=first, accepted=0)
+    assert steep.choose_free() < first
+    assert steep.budget([0], tokens_left=3).free_k <= 2  # never past the tokens left

@@ -39,6 +39,10 @@ class KPolicy(Protocol):
         """What a round whose drafts came from a model did."""
         ...
 
+    def observe_free(self, drafted: int, accepted: int) -> None:
+        """What a round of free drafts (the previous suggestion's tokens) did."""
+        ...
+
 
 class _Budgets:
     """``budget`` from ``choose`` / ``keep_drafting`` (the policies below)."""
@@ -51,10 +55,19 @@ class _Budgets:
 
     def keep_drafting(self, confidences: list[float]) -> bool: ...
 
+    def choose_free(self) -> int | None:
+        """How many free drafts (the previous suggestion's tokens) to verify next; None: as many
+        as the request may still emit."""
+        return None
+
+    def observe_free(self, drafted: int, accepted: int) -> None:
+        """What a round of free drafts did."""
+
     def budget(self, seq: list[int], tokens_left: int) -> DraftBudget:
         cap = max(tokens_left - 1, 0)  # K drafts + 1 recovered/bonus token: never past the budget
+        free = self.choose_free()
         return DraftBudget(k=min(self.choose(seq), cap), gate=self.keep_drafting if self.gated else None,
-                           min_prob=self.min_prob, free_k=cap)
+                           min_prob=self.min_prob, free_k=cap if free is None else min(free, cap))
 
 
 @dataclass
@@ -160,6 +173,11 @@ class StructureK(_Budgets):
     prose is not. The kind is judged each round from the sequence so far."""
 
     PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
+    # Free drafts (the rest of a suggestion the user is typing along) cost no draft step, but each
+    # verified row costs what the curve says: their count is chosen like K, with draft cost 0 and
+    # their own acceptance estimate.
+    LOOKAHEAD_PRIOR = 0.8
+    LOOKAHEAD_MAX = 32
     gated = True
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
@@ -170,6 +188,7 @@ class StructureK(_Budgets):
         self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
         self.current = "code"
         self.rounds = {kind: 0 for kind in self.policies}
+        self.lookahead = AdaptiveK(CostModel(0.0, cost.verify_ms), self.LOOKAHEAD_MAX, self.LOOKAHEAD_PRIOR)
 
     def choose(self, seq: list[int] | None = None) -> int:
         kind = self.classify(seq) if seq is not None else "code"
@@ -182,6 +201,12 @@ class StructureK(_Budgets):
 
     def observe(self, drafted: int, accepted: int) -> None:
         self.policies[self.current].observe(drafted, accepted)
+
+    def choose_free(self) -> int | None:
+        return self.lookahead.choose()
+
+    def observe_free(self, drafted: int, accepted: int) -> None:
+        self.lookahead.observe(drafted, accepted)
 
 
 @torch.inference_mode()

@@ -150,7 +150,9 @@ def generate(
     while len(out) < budget:
         if drafter:
             r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding)
-            if r.drafted and not r.free:
+            if r.free:
+                policy.observe_free(r.drafted, r.accepted)
+            elif r.drafted:
                 policy.observe(r.drafted, r.accepted)
         else:
             r = Round([_target_step(target, seq, decoding)])
