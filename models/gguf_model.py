@@ -17,7 +17,6 @@ import mmap
 import re
 import struct
 from collections import Counter
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -32,6 +31,7 @@ from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name, read_config
 from specd.models.gguf_linear import KERNEL_TYPES, GgufEmbedding, GgufLinear, GgufPart, type_name, unsupported
 from specd.models.quant import DenseLinear, Linear
+from specd.models.weights import LazyWeights
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class GgufFile:
         return dict(Counter(type_name(t.qtype) for t in self.tensors.values()))
 
 
-class GgufWeights(Mapping[str, object]):
+class GgufWeights(LazyWeights[object]):
     """The file's tensors by Hugging Face name, for ``Decoder``: the embedding as a
     ``GgufEmbedding`` (its blocks; a float32 copy when the file stores it as floats), every other
     tensor as a float32 copy, read when asked for (the decoder asks for norms and biases; the
@@ -211,15 +211,6 @@ class GgufWeights(Mapping[str, object]):
         if name == EMBEDDING and qtype not in _FLOAT_TYPES:
             return GgufEmbedding(gguf, qtype, self.file.blocks(gguf), self.file.width(gguf))
         return self.file.dense(gguf)
-
-    def __contains__(self, name: object) -> bool:  # (Mapping's default would read the tensor)
-        return name in self._where
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
 
 
 # the decoder's linear layers (specd.models.decoder names) -> their GGUF tensors, in output order

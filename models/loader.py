@@ -7,7 +7,7 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +26,7 @@ from specd.models.pull import converted_dir, gguf_path, is_pulled
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
 from specd.models.tokenizer import Tokenizer
+from specd.models.weights import LazyWeights
 
 if TYPE_CHECKING:  # a type only: the ONNX Runtime backend is imported when a model runs on it
     from specd.models.ort_runtime import OrtDecoder
@@ -89,7 +90,7 @@ def _from_hub(repo_id: str) -> Path:
         raise ModelError(f"cannot fetch {repo_id!r} from the Hugging Face hub: {e}") from e
 
 
-class _LazyWeights(Mapping[str, torch.Tensor]):
+class _LazyWeights(LazyWeights[torch.Tensor]):
     """A checkpoint's tensors by name, each read from its file when asked for and not kept: a
     load whose linear layers come from a stored quantized artifact reads only the embedding, the
     norms and the biases (the INT8 target's 3 GB of bf16 linears are never read, so they never
@@ -111,15 +112,6 @@ class _LazyWeights(Mapping[str, torch.Tensor]):
                 return sf.get_tensor(name)
         except Exception as e:
             raise ModelError(f"{f}: corrupt or unreadable weights ({e}); pull or convert it again") from e
-
-    def __contains__(self, name: object) -> bool:  # (Mapping's default would read the tensor)
-        return name in self._where
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
 
 
 def _read_weights(directory: Path) -> Mapping[str, torch.Tensor]:
