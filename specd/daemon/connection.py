@@ -10,7 +10,7 @@ from specd.daemon import protocol as rpc
 from specd.daemon.config import DaemonConfig
 from specd.daemon.framing import TOO_LARGE, LineReader
 from specd.daemon.peer import peer_allowed, peer_closed
-from specd.daemon.scheduler import Done, Failed, Job, Scheduler, SchedulerClosed, WasCancelled
+from specd.daemon.scheduler import Done, Failed, Job, Scheduler, SchedulerClosed, Warmed, WasCancelled
 from specd.daemon.stats import DaemonStats
 from specd.requests import RequestError
 
@@ -123,6 +123,8 @@ class Connection:
         try:
             if msg.method == "complete":
                 self.complete(msg)
+            elif msg.method == "warm":
+                self.complete(msg, kind="warm")
             elif msg.method == "cancel":
                 found = self.cancel(rpc.parse_cancel(msg.params))
                 self.answer(msg, {"cancelled": found})
@@ -154,8 +156,9 @@ class Connection:
         self.server.scheduler.cancel(job, "cancelled by the client")
         return True
 
-    def complete(self, msg: rpc.Message) -> None:
-        params = rpc.parse_complete(msg.params)
+    def complete(self, msg: rpc.Message, kind: str = "complete") -> None:
+        """``complete``, or ``warm`` (the same prompt computed and cached, nothing generated)."""
+        params = rpc.parse_warm(msg.params) if kind == "warm" else rpc.parse_complete(msg.params)
         try:
             params.request.validate(self.server.max_len)
         except RequestError as e:
@@ -167,11 +170,11 @@ class Connection:
         rid = msg.id
         loop = asyncio.get_running_loop()
         on_delta = None
-        if params.stream:
+        if params.stream and kind == "complete":
             def on_delta(text: str) -> None:  # worker thread → event loop
                 loop.call_soon_threadsafe(self.send, rpc.delta(rid, text))
         job = Job(params.request, lane=params.session or f"connection-{self.cid}", session=params.session,
-                  on_delta=on_delta)
+                  on_delta=on_delta, kind=kind)
         try:
             future = self.server.scheduler.submit(job)
         except SchedulerClosed:
@@ -189,6 +192,9 @@ class Connection:
             c = outcome.completion
             stats.served_one(c.stats, outcome.latency_ms, c.lookahead)
             self.send(rpc.result(rid, {"text": c.text, "stats": c.stats.as_dict()}))
+        elif isinstance(outcome, Warmed):
+            stats.warmed += 1
+            self.send(rpc.result(rid, {"tokens": outcome.tokens}))
         elif isinstance(outcome, WasCancelled):
             stats.cancelled += 1
             self.send(rpc.error(rid, rpc.RpcError(rpc.REQUEST_CANCELLED, f"request cancelled: {outcome.reason}")))

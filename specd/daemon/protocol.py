@@ -23,7 +23,7 @@ PAYLOAD_TOO_LARGE = -32001
 SHUTTING_DOWN = -32002
 PERMISSION_DENIED = -32003
 
-METHODS = ("complete", "cancel", "stats", "health", "shutdown")
+METHODS = ("complete", "warm", "cancel", "stats", "health", "shutdown")
 NOTIFY_OK = ("cancel", "shutdown")  # methods that may be sent without an id
 RequestId = str | int | None
 
@@ -164,6 +164,17 @@ def parse_complete(params: dict[str, Any]) -> CompleteParams:
     fields = {k: v for k, v in params.items() if k in _REQUEST_TYPES and k != "stop"}
     request = CompletionRequest(stop=tuple(stop), **fields)
     return CompleteParams(request, bool(params.get("stream", False)), session)
+
+
+WARM_PARAMS = ("prefix", "suffix", "context", "session")  # the ``complete`` params that shape the prompt
+
+
+def parse_warm(params: dict[str, Any]) -> CompleteParams:
+    """``warm``'s parameters: those of ``complete`` that shape the prompt, checked alike."""
+    for name in params:
+        if name not in WARM_PARAMS:
+            raise invalid_params(name[:100], f"unknown parameter; warm takes: {', '.join(WARM_PARAMS)}")
+    return parse_complete(params)
 
 
 def _check_text(name: str, value: Any) -> None:

@@ -3,7 +3,11 @@
 Jobs wait in lanes (a lane is a session, or a connection for requests without one); the worker takes
 one job from each lane in turn (round-robin), so one client cannot starve the others. A new job of a
 session supersedes the session's older job, which ends cancelled. Cancelling a queued job removes
-it; cancelling the running job sets a flag the engine polls between speculative rounds.
+it; cancelling the running job sets a flag the backend polls between speculative rounds.
+
+Prewarming jobs (``kind="warm"``) have the lowest priority: they run only when no completion waits,
+a newer warm of the same session replaces an older one, and a completion arriving while a warm runs
+preempts it (the warm ends cancelled; what it computed stays cached).
 """
 
 from __future__ import annotations
@@ -18,13 +22,20 @@ from typing import TYPE_CHECKING, Callable
 
 from specd.requests import Cancelled, CompletionRequest, RequestError
 
-if TYPE_CHECKING:  # types only: the daemon is handed a built engine and never imports torch itself
-    from specd.engine.engine import Completion, Engine
+if TYPE_CHECKING:  # types only: the daemon is handed a built backend and never imports torch itself
+    from specd.daemon.backend import Backend
+    from specd.engine.results import Completion
 
 
 @dataclass(frozen=True)
 class Done:
     completion: Completion
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class Warmed:
+    tokens: int  # prompt tokens now cached
     latency_ms: float
 
 
@@ -39,7 +50,8 @@ class Failed:
     invalid: bool  # a RequestError (the request's fault), else a model failure
 
 
-Outcome = Done | WasCancelled | Failed
+Outcome = Done | Warmed | WasCancelled | Failed
+KINDS = ("complete", "warm")
 _ids = itertools.count(1)
 
 
@@ -49,6 +61,7 @@ class Job:
     lane: str
     session: str | None = None
     on_delta: Callable[[str], None] | None = None  # called on the worker thread
+    kind: str = "complete"  # or "warm": compute the prompt only, at the lowest priority
     id: int = field(default_factory=lambda: next(_ids))
     submitted: float = field(default_factory=time.perf_counter)
     future: asyncio.Future | None = None
@@ -65,11 +78,12 @@ class SchedulerClosed(RuntimeError):
 
 
 class Scheduler:
-    def __init__(self, engine: Engine, reuse: bool = True) -> None:
-        self.engine = engine
+    def __init__(self, backend: Backend, reuse: bool = True) -> None:
+        self.backend = backend
         self.reuse = reuse
         self._cv = threading.Condition()
         self._lanes: OrderedDict[str, deque[Job]] = OrderedDict()
+        self._warm: OrderedDict[str, Job] = OrderedDict()  # lane -> its newest warm job, oldest first
         self._sessions: dict[str, Job] = {}
         self._running: Job | None = None
         self._closed = False
@@ -84,9 +98,21 @@ class Scheduler:
     def submit(self, job: Job) -> asyncio.Future:
         assert self._loop is not None, "start() first"
         job.future = self._loop.create_future()
+        if job.kind not in KINDS:
+            raise ValueError(f"job kind must be one of {KINDS}, got {job.kind!r}")
         with self._cv:
             if self._closed:
                 raise SchedulerClosed("the daemon is shutting down")
+            if job.kind == "warm":
+                older = self._warm.pop(job.lane, None)
+                if older is not None:
+                    self._cancel_locked(older, "superseded by a newer warm request")
+                self._warm[job.lane] = job
+                self._cv.notify()
+                return job.future
+            running = self._running
+            if running is not None and running.kind == "warm":
+                self._cancel_locked(running, "preempted by a completion request")
             if job.session is not None:
                 older = self._sessions.get(job.session)
                 if older is not None:
@@ -102,7 +128,7 @@ class Scheduler:
 
     def cancel_all(self, reason: str) -> None:
         with self._cv:
-            jobs = [j for q in self._lanes.values() for j in q]
+            jobs = [j for q in self._lanes.values() for j in q] + list(self._warm.values())
             if self._running is not None:
                 jobs.append(self._running)
             for job in jobs:
@@ -110,11 +136,12 @@ class Scheduler:
 
     def busy(self) -> bool:
         with self._cv:
-            return self._running is not None or any(self._lanes.values())
+            return self._running is not None or any(self._lanes.values()) or bool(self._warm)
 
     def counts(self) -> dict[str, int]:
         with self._cv:
             return {"queued": sum(len(q) for q in self._lanes.values()),
+                    "warming": len(self._warm) + int(self._running is not None and self._running.kind == "warm"),
                     "running": int(self._running is not None)}
 
     def close(self, wait: float | None = None) -> None:
@@ -132,6 +159,8 @@ class Scheduler:
         job.cancel_reason = reason
         job._cancel.set()
         if job is not self._running:  # still queued: it ends now
+            if self._warm.get(job.lane) is job:
+                del self._warm[job.lane]
             lane = self._lanes.get(job.lane)
             if lane is not None and job in lane:
                 lane.remove(job)
@@ -149,7 +178,7 @@ class Scheduler:
         self._loop.call_soon_threadsafe(_resolve, job.future, outcome)
 
     def _next_locked(self) -> Job | None:
-        while self._lanes:
+        if self._lanes:
             lane, queue = next(iter(self._lanes.items()))
             job = queue.popleft()
             if queue:
@@ -157,13 +186,15 @@ class Scheduler:
             else:
                 del self._lanes[lane]
             return job
+        if self._warm:
+            return self._warm.popitem(last=False)[1]
         return None
 
     # -- worker thread -------------------------------------------------------------------------
     def _work(self) -> None:
         while True:
             with self._cv:
-                while not self._lanes and not self._closed:
+                while not self._lanes and not self._warm and not self._closed:
                     self._cv.wait()
                 job = self._next_locked()
                 if job is None:  # closed and nothing left
@@ -181,8 +212,11 @@ class Scheduler:
             return WasCancelled(job.cancel_reason)
         try:
             if not self.reuse:
-                self.engine.reset()
-            completion = self.engine.complete(job.request, on_delta=job.on_delta, cancelled=job.cancelled)
+                self.backend.reset()
+            if job.kind == "warm":
+                tokens = self.backend.warm(job.request, cancelled=job.cancelled)
+                return Warmed(tokens, (time.perf_counter() - job.submitted) * 1e3)
+            completion = self.backend.complete(job.request, on_delta=job.on_delta, cancelled=job.cancelled)
         except Cancelled:
             return WasCancelled(job.cancel_reason or "cancelled")
         except RequestError as e:

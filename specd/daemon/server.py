@@ -8,9 +8,7 @@ skips the waiting.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
-import json
 import logging
 import os
 import signal
@@ -23,8 +21,8 @@ from specd.daemon.listener import Listener
 from specd.daemon.scheduler import Scheduler
 from specd.daemon.stats import DaemonStats
 
-if TYPE_CHECKING:  # a type only: the daemon is handed a built engine and never imports torch itself
-    from specd.engine.engine import Engine
+if TYPE_CHECKING:  # a type only: the daemon is handed a built backend and never imports torch itself
+    from specd.daemon.backend import Backend
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 PROTOCOL_VERSION = 1
@@ -36,13 +34,14 @@ def log(message: str) -> None:
 
 
 class Server:
-    def __init__(self, engine: Engine, config: DaemonConfig, listener: Listener) -> None:
-        self.engine = engine
+    def __init__(self, backend: Backend, config: DaemonConfig, listener: Listener) -> None:
+        """``backend``: the local engine, or a remote server's driver (``specd.daemon.backend``)."""
+        self.backend = backend
         self.config = config
         self.listener = listener
-        self.scheduler = Scheduler(engine, reuse=config.reuse)
+        self.scheduler = Scheduler(backend, reuse=config.reuse)
         self.stats = DaemonStats()
-        self.max_len = engine.config.max_len
+        self.max_len = backend.max_len
         self.draining = False
         self.force_exit = False
         self.connections: set[Connection] = set()
@@ -131,20 +130,18 @@ class Server:
 
     # -- what the methods report ----------------------------------------------------------------
     def stats_dict(self) -> dict[str, Any]:
-        return self.stats.as_dict(self.engine.memory(), self.scheduler.counts())
+        return self.stats.as_dict(self.backend.memory(), self.scheduler.counts())
 
     def health(self) -> dict[str, Any]:
+        backend = self.backend.health()
         return {
-            "status": "draining" if self.draining else "ok",
+            "status": "draining" if self.draining else ("ok" if backend.get("ok") else "degraded"),
+            "backend": backend,
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.stats.started, 3),
             "protocol": PROTOCOL_VERSION,
             "socket": str(self.listener.path),
-            "engine": engine_description(self.engine),
+            "engine": self.backend.describe(),
             **self.scheduler.counts(),
         }
 
-
-def engine_description(engine: Engine) -> dict[str, Any]:
-    """The engine's configuration as JSON values (clients compare it with their own)."""
-    return json.loads(json.dumps(dataclasses.asdict(engine.config), default=str))

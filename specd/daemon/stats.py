@@ -10,7 +10,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a type only: the daemon never imports torch itself
-    from specd.engine.speculative import GenerationStats
+    from specd.engine.results import GenerationStats
 
 LATENCY_WINDOW = 1000  # latest served requests the percentiles cover
 
@@ -37,6 +37,7 @@ class DaemonStats:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.served = 0
+        self.warmed = 0  # warm requests that ran to the end
         self.cancelled = 0
         self.failed = 0  # model failures
         self.rejected = 0  # protocol errors and invalid params
@@ -85,7 +86,7 @@ class DaemonStats:
         lat = list(self._latency_ms)
         return {
             "uptime_s": round(time.monotonic() - self.started, 3),
-            "requests": {"served": self.served, "cancelled": self.cancelled, "failed": self.failed,
+            "requests": {"served": self.served, "warmed": self.warmed, "cancelled": self.cancelled, "failed": self.failed,
                          "rejected": self.rejected, **queue},
             "tokens": {"prompt": self.prompt_tokens, "generated": self.new_tokens},
             "rounds": self.rounds,

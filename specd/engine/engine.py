@@ -8,8 +8,9 @@ optional draft and the tokenizer; it knows no socket and no editor. Contract: fo
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
-from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -24,7 +25,8 @@ from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
 from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
-from specd.engine.speculative import Decoding, GenerationStats, generate
+from specd.engine.results import Completion, GenerationStats
+from specd.engine.speculative import Decoding, generate
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
 
@@ -34,14 +36,6 @@ from specd.models.tokenizer import Tokenizer
 from specd.engine.config import DRAFTERS, TREE, EngineConfig
 from specd.engine.errors import VocabularyMismatch
 from specd.requests import K_MAX, Cancelled, CompletionRequest, RequestError
-
-
-@dataclass
-class Completion:
-    text: str
-    tokens: list[int]
-    stats: GenerationStats
-    lookahead: int = 0  # tokens proposed from the previous suggestion (see continuation.py)
 
 
 def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: CausalLM, draft_model: CausalLM) -> None:
@@ -200,6 +194,40 @@ class Engine:
         for model in (self.target, self.draft):
             if model is not None:
                 model.rollback(0)
+
+    # -- the daemon's Backend interface (specd.daemon.backend) ------------------------------------
+    @property
+    def max_len(self) -> int:
+        return self.config.max_len
+
+    def describe(self) -> dict:
+        """The engine's configuration as JSON values (clients compare it with their own)."""
+        return json.loads(json.dumps(dataclasses.asdict(self.config), default=str))
+
+    def health(self) -> dict:
+        return {"ok": True, "backend": "local"}
+
+    def warm(self, request: CompletionRequest, cancelled: Callable[[], bool] | None = None) -> int:
+        """Bring both models' caches up to the prompt ``request`` would use, generating nothing;
+        returns the target prompt tokens now cached."""
+        request.validate(self.config.max_len)
+        prompt = self.prompts.build(request.prefix, request.suffix, request.context)
+        context = torch.tensor(prompt[:-1], dtype=torch.long)  # as generate() leaves the caches
+        with self._lock:
+            if cancelled is not None and cancelled():
+                raise Cancelled()
+            try:
+                for model in (self.target, self.draft):
+                    if model is None:
+                        continue
+                    reused = model.common_prefix(context)
+                    model.rollback(reused)
+                    if reused < len(context):
+                        model.forward(context[reused:])
+            except BaseException:
+                self._reset_locked()
+                raise
+            return self.target.cache_len
 
     def memory(self) -> dict[str, int]:
         """Resident bytes: model weights and KV caches (runtimes that cannot tell report 0)."""
