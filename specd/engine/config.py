@@ -23,6 +23,9 @@ from specd.requests import K_MAX
 from specd.schema import nested, setting
 
 DRAFTERS = ("model", "ngram", "both")
+# psm: <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>; psm-line: the cursor line's typed
+# text goes after <|fim_middle|>, so the prompt before it stays put while the user types in a line
+PROMPT_LAYOUTS = ("psm", "psm-line")
 TREE = ("on", "off")
 
 
@@ -72,6 +75,9 @@ class PromptWindows:
     max_suffix_tokens: int = setting(32, check=_positive,
                                      help="suffix window: tokens after the cursor (each keystroke recomputes them)")
     max_context_tokens: int = setting(1024, check=_positive, help="repository context window, in tokens")
+    prompt_layout: str = setting("psm", choices=PROMPT_LAYOUTS,
+                                 help="psm: the whole prefix before the suffix; psm-line: the cursor line's "
+                                      "typed text after <|fim_middle|> (typing within a line recomputes only it)")
 
 
 @dataclass(frozen=True)
@@ -101,6 +107,18 @@ class EngineConfig:
     tree_branch_below: float = setting(0.5, check=_probability,
                                        help="with --tree on: branch where the draft's top probability is below this")
     max_len: int = setting(4096, check=_positive, help="KV cache capacity in tokens")
+    # KV blocks of earlier prompts, both models' (specd.engine.prefix_cache): a request restores
+    # the longest cached prefix of its prompt, so files edited in turn each stay warm. The default
+    # pair takes 80 KiB per cached token in float32 (target 56, draft 24): 1 GiB holds ~13,000.
+    prefix_cache_mb: int = setting(1024, check=_not_negative,
+                                   help="memory for KV blocks of earlier prompts, shared by all sessions and "
+                                        "both models, least recently used evicted first (0: off); must hold "
+                                        "one longest prompt")
+    prefix_block_tokens: int = setting(64, check=_positive,
+                                       help="tokens per prefix-cache block (a prompt is reused in whole blocks)")
+    prefill_chunk_tokens: int = setting(128, check=_positive,
+                                        help="prefill in chunks of this many tokens; cancellation and preemption "
+                                             "by another session take effect between chunks")
     windows: PromptWindows = nested(PromptWindows)
     threads: int = setting(0, check=_not_negative, shown_default="0, the library's: all cores",
                            help="torch (and ONNX Runtime) intra-op threads")
