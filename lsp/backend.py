@@ -25,4 +25,9 @@ class Backend(Protocol):
         """The completion's text. Cancelling the awaiting task stops the work at once (the
         engine's next round). Raises BackendUnavailable or Superseded."""
 
+    async def warm(self, request: CompletionRequest, session: str) -> int:
+        """Compute ``request``'s prompt ahead, at the lowest priority, generating nothing; the
+        prompt tokens now cached (0 where the backend cannot warm). Raises BackendUnavailable or
+        Superseded (a completion preempted it)."""
+
     async def close(self) -> None: ...

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specd.daemon.client import AsyncClient
-from specd.daemon.protocol import INVALID_PARAMS, REQUEST_CANCELLED
+from specd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, WARM_PARAMS
 from specd.requests import CompletionRequest
 from specd.lsp.autostart import DaemonSpawner
 from specd.lsp.backend import BackendUnavailable, Superseded
@@ -28,6 +28,12 @@ def request_params(request: CompletionRequest, session: str, with_context: bool 
     return params
 
 
+def warm_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:
+    """``warm``'s parameters: those of ``complete`` that shape the prompt, as the request has them."""
+    params = request_params(request, session, with_context)
+    return {k: v for k, v in params.items() if k in WARM_PARAMS}
+
+
 class DaemonBackend:
     def __init__(self, socket: Path, spawner: DaemonSpawner | None, log: Callable[[str], None]) -> None:
         self.socket = socket
@@ -36,6 +42,7 @@ class DaemonBackend:
         self._client: AsyncClient | None = None
         self._connecting = asyncio.Lock()
         self._context_ok = True  # an older daemon may refuse the ``context`` parameter
+        self._warm_ok = True  # an older daemon has no ``warm`` method
 
     def describe(self) -> str:
         return f"daemon on {self.socket}"
@@ -83,9 +90,25 @@ class DaemonBackend:
             raise BackendUnavailable(f"daemon error {error.get('code')}: {error.get('message')}")
         return str((msg.get("result") or {}).get("text", ""))
 
-    async def _call(self, client: AsyncClient, params: dict[str, Any]) -> dict[str, Any]:
+    async def warm(self, request: CompletionRequest, session: str) -> int:
+        if not self._warm_ok:
+            return 0
+        client = await self._connected()
+        msg = await self._call(client, warm_params(request, session, self._context_ok), "warm")
+        error = msg.get("error")
+        if error:
+            if error.get("code") == METHOD_NOT_FOUND:
+                self._warm_ok = False
+                self.log("the daemon has no warm method: prompts are not computed ahead")
+                return 0
+            if error.get("code") == REQUEST_CANCELLED:
+                raise Superseded(error.get("message", "cancelled"))
+            raise BackendUnavailable(f"daemon error {error.get('code')} on warm: {error.get('message')}")
+        return int((msg.get("result") or {}).get("tokens", 0))
+
+    async def _call(self, client: AsyncClient, params: dict[str, Any], method: str = "complete") -> dict[str, Any]:
         try:
-            rid, reply = client.start("complete", params)
+            rid, reply = client.start(method, params)
         except (ConnectionError, OSError, RuntimeError) as e:
             self._client = None
             raise BackendUnavailable(f"lost the daemon: {e}") from None

@@ -55,5 +55,9 @@ class InProcessBackend:
         except Exception as e:
             raise BackendUnavailable(f"model failure: {type(e).__name__}: {e}") from e
 
+    async def warm(self, request: CompletionRequest, session: str) -> int:
+        """Not here: the engine's one worker thread would make the next completion wait for it."""
+        return 0
+
     async def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

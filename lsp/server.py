@@ -20,7 +20,7 @@ from pygls.uris import to_fs_path
 from specd.lsp.backend import Backend, BackendUnavailable
 from specd.lsp.documents import DocumentState
 from specd.lsp.framing import MAX_MESSAGE_BYTES, FrameReader, serve_frames
-from specd.lsp.positions import ENCODINGS, UTF16
+from specd.lsp.positions import ENCODINGS, EOL, UTF16, index_to_column
 from specd.lsp.protocol import SpecdProtocol
 from specd.lsp.service import CompletionService, Suggestion
 from specd.lsp.settings import LspSettings
@@ -131,8 +131,12 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings(),
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: SpecdLanguageServer, params: types.DidChangeTextDocumentParams) -> None:
         last = params.content_changes[-1] if params.content_changes else None
-        line = last.range.start.line if isinstance(last, types.TextDocumentContentChangePartial) else 0
-        ls.service.changed(params.text_document.uri, line)
+        if isinstance(last, types.TextDocumentContentChangePartial):
+            start = last.range.start
+            ls.service.changed(params.text_document.uri, start.line,
+                               end_of_insert(start.line, start.character, last.text, ls.service.documents.encoding()))
+        else:
+            ls.service.changed(params.text_document.uri, 0)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecdLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -154,6 +158,15 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings(),
         await ls.service.close()
 
     return server
+
+
+def end_of_insert(line: int, character: int, text: str, encoding: str) -> tuple[int, int]:
+    """Where the cursor is after ``text`` was inserted at ``(line, character)``."""
+    breaks = [m.end() for m in EOL.finditer(text)]
+    if not breaks:
+        return line, character + index_to_column(text, len(text), encoding)
+    tail = text[breaks[-1]:]
+    return line + len(breaks), index_to_column(tail, len(tail), encoding)
 
 
 def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:

@@ -10,9 +10,40 @@ from specd.lsp.window import WindowLimits
 
 
 @dataclass(frozen=True)
+class DebounceSettings:
+    """The adaptive debounce (after Tabby's): a completion waits ``rate · base − expected response``
+    before it goes to the daemon, ``base`` following the user's typing interval."""
+
+    enabled: bool = True
+    base_ms: float = 200.0  # typing interval assumed until enough keystrokes were seen
+    min_interval_ms: float = 100.0  # the measured base is clamped to this range...
+    max_interval_ms: float = 400.0  # ...and longer gaps (pauses) are not typing
+    window: int = 20  # latest typing intervals averaged
+    min_samples: int = 4  # intervals needed before the base follows them
+    rate_min: float = 1.5  # the wait in typing intervals where a suggestion is most wanted...
+    rate_max: float = 3.0  # ...and where it is least (mid-word, text after the cursor)
+    min_ms: float = 0.0  # the wait's bounds
+    max_ms: float = 1000.0
+    response_window: int = 10  # latest daemon response times averaged for the expected response
+
+
+@dataclass(frozen=True)
+class PrewarmSettings:
+    """When the server asks the daemon to compute a prompt ahead (``warm``, lowest priority)."""
+
+    enabled: bool = True
+    pause_ms: float = 400.0  # idle time after an edit before the cursor's prompt is warmed
+    jump_lines: int = 20  # an edit this many lines from the previous one is a cursor jump: warm at once
+    on_open: bool = True  # warm a newly opened document's prompt
+
+
+@dataclass(frozen=True)
 class LspSettings:
     max_tokens: int = 64
     window: WindowLimits = field(default_factory=WindowLimits)
     context: ContextLimits = field(default_factory=ContextLimits)
     rules: Rules = field(default_factory=Rules)
     repo_context: bool = True  # recently edited open documents before the FIM block
+    debounce: DebounceSettings = field(default_factory=DebounceSettings)
+    prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
+    request_ahead: bool = True  # after an accepted suggestion, ask for the next one at once
