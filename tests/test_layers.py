@@ -29,8 +29,11 @@ PACKAGES = ("specd", "specd.models", "specd.lsp")
 FACES = ("specd.cli", "specd.lsp", "specd.bench", "specd.app")
 # importer layer -> layers it must not import (anywhere: at module top, in functions, for types)
 RULES: dict[str, tuple[str, ...]] = {
-    "specd.models": ("specd.engine", "specd.daemon", "specd.requests", "specd.schema", "specd.config", *FACES),
-    "specd.engine": ("specd.daemon", "specd.config", *FACES),
+    "specd.models": ("specd.engine", "specd.daemon", "specd.remote", "specd.requests", "specd.schema",
+                     "specd.config", *FACES),
+    "specd.engine": ("specd.daemon", "specd.remote", "specd.config", *FACES),
+    # remote servers' drivers sit beside the engine under the daemon; torch-free (THIN below)
+    "specd.remote": ("specd.daemon", "specd.config", *FACES),
     "specd.daemon": FACES,
     "specd.requests": ("specd.engine", "specd.daemon", "specd.config", "specd.models", *FACES),
     "specd.schema": ("specd.engine", "specd.daemon", "specd.requests", "specd.config", "specd.models", *FACES),
@@ -42,7 +45,8 @@ BENCH_MAY_IMPORT = ("specd.models.protocol", "specd.models.registry", "specd.mod
 # modules the thin paths import; importing any of them must not import these
 THIN = ("specd.cli", "specd.requests", "specd.schema", "specd.config", "specd.engine.config",
         "specd.daemon.client", "specd.daemon.protocol", "specd.daemon.config", "specd.lsp.server",
-        "specd.lsp.daemon_backend", "specd.models.registry", "specd.models.modes")
+        "specd.lsp.daemon_backend", "specd.models.registry", "specd.models.modes", "specd.remote",
+        "specd.cli.serve")
 HEAVY = ("torch", "numpy")
 
 

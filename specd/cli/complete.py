@@ -115,7 +115,10 @@ def complete_via_daemon(socket_path: Path, explicit: bool, request_params: dict[
             if not explicit_k:  # e.g. "auto": the daemon's own setting must be the same
                 request_params = {n: v for n, v in request_params.items() if n != "k"}
             theirs = comparable(health.get("engine", {}), mode, explicit_k)
-            if theirs != comparable(mine, mode, explicit_k):
+            # a daemon in front of a remote server (specd serve --backend ...): that server's model
+            # is the one configured for this machine, there is no local pair to compare
+            remote = (health.get("backend") or {}).get("backend", "local") != "local"
+            if not remote and theirs != comparable(mine, mode, explicit_k):
                 if explicit:
                     print(f"specd: the daemon on {socket_path} serves other models or settings; "
                           "running in-process", file=sys.stderr)

@@ -1,4 +1,5 @@
-"""``specd serve``: load the models once and serve completions on the daemon's Unix socket."""
+"""``specd serve``: load the models once (or reach a remote server: ``--backend``) and serve completions on
+the daemon's Unix socket."""
 
 from __future__ import annotations
 
@@ -9,8 +10,13 @@ import sys
 from typing import Any, Awaitable, Callable
 
 from specd.cli.flags import add_daemon_flags, add_engine_flags, daemon_config, engine_config
+from specd.daemon.backend import Backend
+from specd.daemon.config import DaemonConfig
 from specd.daemon.listener import Listener, ListenerError
 from specd.daemon.server import Server, log
+from specd.engine.config import EngineConfig
+from specd.remote.build import build_remote
+from specd.remote.errors import RemoteError
 
 
 def register(subparsers: Any) -> None:
@@ -21,11 +27,8 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    # imported here: `specd complete` and `specd lsp` share this module's parser but not the engine
-    from specd.app import build_engine
-
     _log_to_stderr()
-    config = daemon_config(args)
+    config = daemon_config(args)  # a bad --backend fails here, before anything starts
     settings = engine_config(args)
     listener = Listener(config.socket_path)
     try:
@@ -34,12 +37,29 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"specd: error: {e}", file=sys.stderr)
         return 2
     try:
-        log(f"loading {settings.target} (draft {settings.draft})")
-        engine = build_engine(settings)
-        server = Server(engine, config, listener)
+        try:
+            backend = build_backend(config, settings)
+        except RemoteError as e:
+            print(f"specd: error: {e}", file=sys.stderr)
+            return 2
+        server = Server(backend, config, listener)
         return run_on_event_loop(server.serve)
     finally:
         listener.close()
+
+
+def build_backend(config: DaemonConfig, settings: EngineConfig) -> Backend:
+    """The local engine (``--backend local``), or a remote server's driver (no torch imported)."""
+    remote = config.remote
+    if remote.spec is not None:
+        log(f"serving from {remote.spec}")
+        return build_remote(remote, settings.windows, tokenizer=settings.target, max_len=settings.max_len, log=log)
+    # imported here: `specd complete` and `specd lsp` share this module's parser but not the engine,
+    # and a remote backend needs no torch
+    from specd.app import build_engine
+
+    log(f"loading {settings.target} (draft {settings.draft})")
+    return build_engine(settings)
 
 
 def _log_to_stderr() -> None:

@@ -1,6 +1,7 @@
 """The ``[daemon]`` settings: a frozen dataclass read from the config file's ``[daemon]`` table,
 with command-line overrides on top (the ``[engine]`` table is read by :mod:`specd.config`); the
-settings are declared once, on :class:`DaemonConfig` (:mod:`specd.schema`)."""
+settings are declared once, on :class:`DaemonConfig` (:mod:`specd.schema`), the remote backend's
+(``backend``, ``remote_model``, ...) on :class:`specd.remote.config.RemoteConfig`, nested in it."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specd.schema import from_table, setting
+from specd.remote.config import RemoteConfig
+from specd.schema import from_table, nested, setting
 
 
 def default_socket_path() -> Path:
@@ -48,6 +50,7 @@ class DaemonConfig:
     max_write_buffer_bytes: int = setting(16 << 20, flag=None, check=_at_least_64,
                                           help="a client that does not read is disconnected past this many unsent "
                                                "bytes")
+    remote: RemoteConfig = nested(RemoteConfig)  # backend = "local" | "llama-server:URL" | "openai:URL", ...
 
     @property
     def socket_path(self) -> Path:

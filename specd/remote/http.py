@@ -1,0 +1,276 @@
+"""A small HTTP/1.1 JSON client for the remote drivers: timeouts, bounded retries, an API key,
+server-sent-event streams, and cancellation that closes the connection at once.
+
+Runs on the daemon's worker thread (stdlib ``http.client``). While a request is open a watcher
+thread polls ``cancelled`` and, when it turns True, shuts the socket down: the blocked read returns
+at once, the server sees the connection close (llama-server and vLLM then stop generating for it),
+and the call raises :class:`~specd.requests.Cancelled`.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from specd.remote.errors import RemoteError, RemoteUnreachable
+from specd.remote.spec import RemoteSpec
+from specd.requests import Cancelled
+
+CANCEL_POLL_S = 0.01
+RETRY_BACKOFF_S = 0.25  # times the attempt number
+MAX_ERROR_BODY = 4096
+MAX_BODY = 64 << 20
+RETRY_STATUS = (502, 503, 504)  # a proxy's or a loading server's "not now"
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    connect_timeout_s: float = 3.0
+    timeout_s: float = 30.0  # longest silence: before the answer starts, between chunks
+    retries: int = 1
+    api_key: str | None = None
+
+    def __repr__(self) -> str:  # the key never shows
+        return (f"HttpSettings(connect_timeout_s={self.connect_timeout_s}, timeout_s={self.timeout_s}, "
+                f"retries={self.retries}, api_key={'***' if self.api_key else None})")
+
+
+Cancel = Callable[[], bool] | None
+
+
+class _Watch:
+    """Shuts ``conn``'s socket when ``cancelled()`` turns True, until :meth:`stop`."""
+
+    def __init__(self, conn: http.client.HTTPConnection, cancelled: Cancel) -> None:
+        self.conn = conn
+        self.cancelled = cancelled
+        self.fired = False
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+        if cancelled is not None:
+            self._thread = threading.Thread(target=self._run, name="specd-remote-cancel", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self.cancelled is not None
+        while not self._done.wait(CANCEL_POLL_S):
+            if self.cancelled():
+                self.fired = True
+                sock = self.conn.sock
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                return
+
+    def stop(self) -> None:
+        self._done.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+
+class Response:
+    """An open response: its status, and its body read whole (:meth:`json`) or as events
+    (:meth:`events`); :meth:`close` closes the connection."""
+
+    def __init__(self, client: "HttpClient", what: str, conn: http.client.HTTPConnection,
+                 resp: http.client.HTTPResponse, watch: _Watch) -> None:
+        self.client, self.what, self.conn, self.resp, self.watch = client, what, conn, resp, watch
+
+    def close(self) -> None:
+        self.watch.stop()
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+    def __enter__(self) -> "Response":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _failed(self, e: BaseException) -> Exception:
+        if self.watch.fired:
+            return Cancelled()
+        if isinstance(e, (socket.timeout, TimeoutError)):
+            return RemoteError(f"{self.what}: no answer for {self.client.settings.timeout_s:g} s "
+                               "(the server is slow or stuck; --remote-timeout)")
+        return RemoteError(f"{self.what}: the connection broke: {type(e).__name__}: {e}")
+
+    def json(self) -> Any:
+        try:
+            body = self.resp.read(MAX_BODY + 1)
+        except (OSError, http.client.HTTPException) as e:
+            raise self._failed(e) from None
+        if self.watch.fired:
+            raise Cancelled()
+        return parse_json(body, self.what)
+
+    def events(self) -> Iterator[Any]:
+        """The JSON payloads of a server-sent-event stream (``data: {...}`` lines) until
+        ``data: [DONE]`` or the end; a plain JSON body (a server that does not stream) is one event."""
+        if "json" in (self.resp.getheader("Content-Type") or "") and "event-stream" not in (
+                self.resp.getheader("Content-Type") or ""):
+            yield self.json()
+            return
+        while True:
+            try:
+                line = self.resp.readline(MAX_BODY)
+            except (OSError, http.client.HTTPException, ValueError) as e:
+                raise self._failed(e) from None
+            if self.watch.fired:
+                raise Cancelled()
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").strip()
+            if not text or text.startswith(":"):
+                continue
+            field, _, value = text.partition(":")
+            value = value.strip()
+            if field == "data":
+                if value == "[DONE]":
+                    return
+                yield parse_json(value.encode(), self.what)
+            elif field == "error":
+                raise RemoteError(f"{self.what}: the server reported an error: {error_message(value)}")
+            # other fields (event:, id:, retry:) carry nothing the drivers use
+
+
+class HttpClient:
+    def __init__(self, spec: RemoteSpec, settings: HttpSettings = HttpSettings()) -> None:
+        self.spec = spec
+        self.settings = settings
+
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self.spec.https:
+            return http.client.HTTPSConnection(self.spec.host, self.spec.port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self.spec.host, self.spec.port, timeout=timeout)
+
+    def headers(self, body: bool) -> dict[str, str]:
+        out = {"Accept": "application/json, text/event-stream", "User-Agent": "specd"}
+        if body:
+            out["Content-Type"] = "application/json"
+        if self.settings.api_key:
+            out["Authorization"] = f"Bearer {self.settings.api_key}"
+        return out
+
+    def open(self, method: str, path: str, body: Any = None, cancelled: Cancel = None,
+             timeout_s: float | None = None, retries: int | None = None) -> Response:
+        """Send the request; the response once its status line and headers are in. An HTTP error
+        status raises :class:`RemoteError` with the server's message; a server that cannot be
+        reached is retried ``retries`` times (default: the settings'), then raises
+        :class:`RemoteUnreachable`; a cancel raises Cancelled."""
+        url = self.spec.url + path
+        what = f"{method} {url}"
+        data = json.dumps(body).encode() if body is not None else None
+        attempts = 1 + (self.settings.retries if retries is None else retries)
+        last: Exception | None = None
+        for attempt in range(attempts):
+            if attempt:
+                _sleep(RETRY_BACKOFF_S * attempt, cancelled)
+            if cancelled is not None and cancelled():
+                raise Cancelled()
+            conn = self._connection(min(self.settings.connect_timeout_s, timeout_s or self.settings.connect_timeout_s))
+            try:
+                conn.connect()
+            except (OSError, ssl.SSLError) as e:
+                conn.close()
+                last = RemoteUnreachable(f"{what}: cannot connect: {_reason(e)}")
+                continue
+            assert conn.sock is not None
+            conn.sock.settimeout(timeout_s or self.settings.timeout_s)
+            watch = _Watch(conn, cancelled)
+            try:
+                conn.request(method, self.spec.base_path + path, body=data, headers=self.headers(data is not None))
+                resp = conn.getresponse()
+            except (OSError, http.client.HTTPException) as e:
+                watch.stop()
+                conn.close()
+                if watch.fired:
+                    raise Cancelled() from None
+                if isinstance(e, (socket.timeout, TimeoutError)):
+                    raise RemoteError(f"{what}: no answer for {timeout_s or self.settings.timeout_s:g} s "
+                                      "(the server is slow or stuck; --remote-timeout)") from None
+                last = RemoteUnreachable(f"{what}: the connection broke before an answer: {_reason(e)}")
+                continue
+            response = Response(self, what, conn, resp, watch)
+            if resp.status >= 400:
+                try:
+                    detail = resp.read(MAX_ERROR_BODY)
+                except (OSError, http.client.HTTPException):
+                    detail = b""
+                response.close()
+                if watch.fired:
+                    raise Cancelled()
+                message = f"{what}: HTTP {resp.status} {resp.reason}: {error_message(detail.decode('utf-8', 'replace'))}"
+                if resp.status in RETRY_STATUS:
+                    last = RemoteUnreachable(message)
+                    continue
+                raise RemoteError(message)
+            return response
+        assert last is not None
+        if attempts > 1:
+            raise type(last)(f"{last} (after {attempts} attempts)")
+        raise last
+
+    def get_json(self, path: str, cancelled: Cancel = None, timeout_s: float | None = None,
+                 retries: int | None = None) -> Any:
+        with self.open("GET", path, None, cancelled, timeout_s, retries) as r:
+            return r.json()
+
+    def post_json(self, path: str, body: Any, cancelled: Cancel = None) -> Any:
+        with self.open("POST", path, body, cancelled) as r:
+            return r.json()
+
+
+def parse_json(data: bytes, what: str) -> Any:
+    if len(data) > MAX_BODY:
+        raise RemoteError(f"{what}: the answer is over {MAX_BODY >> 20} MiB")
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        snippet = data[:200].decode("utf-8", "replace")
+        raise RemoteError(f"{what}: the server sent malformed JSON: {snippet!r}") from None
+
+
+def error_message(text: str) -> str:
+    """The message inside an error body (OpenAI's ``{"error": {"message"}}``, llama-server's,
+    vLLM's ``{"message"}``, FastAPI's ``{"detail"}``), else the text itself, shortened."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return text.strip()[:500] or "(no details)"
+    for key in ("error", "detail", "message"):
+        if isinstance(obj, dict) and key in obj:
+            inner = obj[key]
+            if isinstance(inner, dict) and "message" in inner:
+                return str(inner["message"])[:500]
+            return (inner if isinstance(inner, str) else json.dumps(inner))[:500]
+    return text.strip()[:500]
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, ConnectionRefusedError):
+        return "connection refused (is the server running?)"
+    if isinstance(e, (socket.timeout, TimeoutError)):
+        return "timed out"
+    if isinstance(e, socket.gaierror):
+        return f"unknown host ({e})"
+    return f"{type(e).__name__}: {e}"
+
+
+def _sleep(seconds: float, cancelled: Cancel) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if cancelled is not None and cancelled():
+            raise Cancelled()
+        time.sleep(min(CANCEL_POLL_S * 5, max(0.0, deadline - time.monotonic())))
