@@ -171,7 +171,8 @@ def end_of_insert(line: int, character: int, text: str, encoding: str) -> tuple[
 
 def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:
     """``initializationOptions`` or ``workspace/didChangeConfiguration`` settings (optionally under
-    ``"specd"``): ``{"maxTokens": int, "repoContext": bool}``; bad values are logged and ignored."""
+    ``"specd"``): ``{"maxTokens": int, "repoContext": bool, "debounce": bool, "prewarm": bool,
+    "requestAhead": bool}``; bad values are logged and ignored."""
     if not isinstance(options, dict):
         return settings
     max_tokens = options.get("maxTokens")
@@ -180,13 +181,24 @@ def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings
             settings = dataclasses.replace(settings, max_tokens=max_tokens)
         else:
             warn(f"initializationOptions.maxTokens must be an integer in 1..4096, got {max_tokens!r}")
-    repo = options.get("repoContext")
-    if repo is not None:
-        if isinstance(repo, bool):
-            settings = dataclasses.replace(settings, repo_context=repo)
+    for name, apply in SWITCHES.items():
+        value = options.get(name)
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            settings = apply(settings, value)
         else:
-            warn(f"initializationOptions.repoContext must be a boolean, got {repo!r}")
+            warn(f"initializationOptions.{name} must be a boolean, got {value!r}")
     return settings
+
+
+# boolean options: name -> how it changes the settings
+SWITCHES = {
+    "repoContext": lambda s, v: dataclasses.replace(s, repo_context=v),
+    "debounce": lambda s, v: dataclasses.replace(s, debounce=dataclasses.replace(s.debounce, enabled=v)),
+    "prewarm": lambda s, v: dataclasses.replace(s, prewarm=dataclasses.replace(s.prewarm, enabled=v)),
+    "requestAhead": lambda s, v: dataclasses.replace(s, request_ahead=v),
+}
 
 
 def inline_item(s: Suggestion) -> types.InlineCompletionItem:
