@@ -1,8 +1,30 @@
-"""A preallocated KV cache: appending writes at ``length``; rollback moves ``length`` back (O(1))."""
+"""A preallocated KV cache: appending writes at ``length``; rollback moves ``length`` back (O(1)).
+
+Rows can be copied out (:meth:`KVCache.rows`) and written back (:meth:`KVCache.put_rows`): a
+prefix cache above the runtime keeps such copies of earlier prompts and restores them instead of
+recomputing them. The copies are opaque to it (:class:`KVRows`): only the cache knows its layout.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
+
+
+@dataclass(frozen=True)
+class KVRows:
+    """A copy of some consecutive positions' keys and values, in the layout of the cache that made
+    it (torch tensors or numpy arrays); ``nbytes``: the memory it holds."""
+
+    k: Any
+    v: Any
+    length: int
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.k.nbytes + self.v.nbytes)
 
 
 class KVCache:
@@ -51,8 +73,41 @@ class KVCache:
         """Number of leading ``tokens`` already cached."""
         return common_prefix(self.tokens, self.length, tokens)
 
+    def rows(self, start: int, end: int) -> KVRows:
+        """A copy of positions ``start .. end-1`` (all cached)."""
+        check_rows(start, end, self.length)
+        return KVRows(self.k[:, :, start:end].clone(), self.v[:, :, start:end].clone(), end - start)
+
+    def put_rows(self, start: int, rows: KVRows, tokens: torch.Tensor) -> None:
+        """Write ``rows`` (computed from ``tokens``) at positions ``start ..``; the cache then holds
+        exactly ``start + rows.length`` positions. ``start`` may not be past the cached length."""
+        end = check_put(start, rows, tokens, self.length, self.capacity)
+        self.k[:, :, start:end] = rows.k
+        self.v[:, :, start:end] = rows.v
+        self.tokens[start:end] = tokens.cpu()
+        self.length = end
+
+    def bytes_per_token(self) -> int:
+        """Bytes one position's keys and values take (in the cache, and in a copy of it)."""
+        return (self.k.nbytes + self.v.nbytes) // self.capacity
+
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
+
+
+def check_rows(start: int, end: int, length: int) -> None:
+    if not 0 <= start <= end <= length:
+        raise ValueError(f"rows {start} .. {end - 1}: the cache holds {length} positions")
+
+
+def check_put(start: int, rows: KVRows, tokens: torch.Tensor, length: int, capacity: int) -> int:
+    """The end of a write of ``rows`` at ``start``, once it is known to be valid."""
+    end = start + rows.length
+    if int(tokens.numel()) != rows.length:
+        raise ValueError(f"{rows.length} rows but {int(tokens.numel())} token ids")
+    if not 0 <= start <= length or end > capacity:
+        raise ValueError(f"cannot write rows {start} .. {end - 1}: the cache holds {length} of {capacity} positions")
+    return end
 
 
 def common_prefix(cached: torch.Tensor, length: int, tokens: torch.Tensor) -> int:
@@ -89,6 +144,18 @@ class CacheOwner:
 
     def common_prefix(self, tokens: torch.Tensor) -> int:
         return self.cache.common_prefix(tokens)
+
+    def kv_rows(self, start: int, end: int) -> KVRows:
+        """A copy of cached positions ``start .. end-1`` (keys, values), for :meth:`put_kv_rows`."""
+        return self.cache.rows(start, end)
+
+    def put_kv_rows(self, start: int, rows: KVRows, tokens: torch.Tensor) -> None:
+        """Write ``rows`` (a copy from :meth:`kv_rows` of a model with the same weights, computed
+        from ``tokens``) at ``start``; the cache then ends after them."""
+        self.cache.put_rows(start, rows, tokens)
+
+    def kv_bytes_per_token(self) -> int:
+        return self.cache.bytes_per_token()
 
     def weight_bytes(self) -> dict[str, int]:
         """Resident weight bytes by kind (runtimes override)."""

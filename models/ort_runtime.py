@@ -27,7 +27,7 @@ import torch
 
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
-from specd.models.kv_cache import CacheOwner, common_prefix
+from specd.models.kv_cache import CacheOwner, KVRows, check_put, check_rows, common_prefix
 from specd.models.modes import ORT_QUANTS
 from specd.models.onnx_graph import GRAPH_VERSION, build_model
 from specd.models.registry import cache_root
@@ -70,6 +70,22 @@ class OrtKVCache:
 
     def common_prefix(self, tokens: torch.Tensor) -> int:
         return common_prefix(self.tokens, self.length, tokens)
+
+    def rows(self, start: int, end: int) -> KVRows:
+        """A copy of positions ``start .. end-1`` (all cached)."""
+        check_rows(start, end, self.length)
+        return KVRows(self.k[:, start:end].copy(), self.v[:, start:end].copy(), end - start)
+
+    def put_rows(self, start: int, rows: KVRows, tokens: torch.Tensor) -> None:
+        """Write ``rows`` at ``start ..``; the cache then holds exactly ``start + rows.length``."""
+        end = check_put(start, rows, tokens, self.length, self.capacity)
+        self.k[:, start:end] = rows.k
+        self.v[:, start:end] = rows.v
+        self.tokens[start:end] = tokens.cpu()
+        self.length = end
+
+    def bytes_per_token(self) -> int:
+        return (self.k.nbytes + self.v.nbytes) // self.capacity
 
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes

@@ -6,6 +6,8 @@ from typing import Protocol
 
 import torch
 
+from specd.models.kv_cache import KVRows
+
 
 class CausalLM(Protocol):
     """A decoder with its own KV cache.
@@ -39,6 +41,19 @@ class CausalLM(Protocol):
         ...
 
     def common_prefix(self, tokens: torch.Tensor) -> int: ...
+
+    def kv_rows(self, start: int, end: int) -> KVRows:
+        """A copy of cached positions ``start .. end-1`` (a prefix cache keeps it)."""
+        ...
+
+    def put_kv_rows(self, start: int, rows: KVRows, tokens: torch.Tensor) -> None:
+        """Write a copy from :meth:`kv_rows` (computed from ``tokens``) at ``start`` (at most the
+        cached length); the cache then ends after it."""
+        ...
+
+    def kv_bytes_per_token(self) -> int:
+        """Bytes one cached position takes (and its copy)."""
+        ...
 
     def describe(self) -> str:
         """What runs this model (runtime and kernel), for keys of measurements cached per runtime."""

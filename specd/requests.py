@@ -33,7 +33,12 @@ class RequestError(ValueError):
 
 
 class Cancelled(Exception):
-    """The request was cancelled; raised between speculative rounds."""
+    """The request was cancelled; raised between speculative rounds (and prefill chunks)."""
+
+
+class Preempted(Cancelled):
+    """The request was paused during its prefill, between chunks, for another session's request;
+    what it computed stays in the prefix cache and it is run again later (the daemon's scheduler)."""
 
 
 def _int(value: Any) -> bool:

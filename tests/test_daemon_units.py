@@ -144,11 +144,11 @@ class GatedEngine:
         self.entered = threading.Event()  # the worker is inside a job
         self.gate = threading.Event()
 
-    def complete(self, request, on_delta=None, cancelled=None):
+    def complete(self, request, on_delta=None, cancelled=None, preempted=None):
         self.entered.set()
         if not self.gate.wait(timeout=60):
             raise TimeoutError("the test never opened the gate")
-        return self.engine.complete(request, on_delta=on_delta, cancelled=cancelled)
+        return self.engine.complete(request, on_delta=on_delta, cancelled=cancelled, preempted=preempted)
 
     def reset(self) -> None:
         self.engine.reset()

@@ -28,8 +28,12 @@ class Backend(Protocol):
         ...
 
     def complete(self, request: CompletionRequest, on_delta: Callable[[str], None] | None = None,
-                 cancelled: Callable[[], bool] | None = None) -> Completion:
-        """One completion; ``on_delta`` receives verified text as it comes."""
+                 cancelled: Callable[[], bool] | None = None,
+                 preempted: Callable[[], bool] | None = None) -> Completion:
+        """One completion; ``on_delta`` receives verified text as it comes. ``preempted`` may be
+        polled while the prompt is computed, before any text: when it returns True the call may end
+        by raising ``specd.requests.Preempted`` (the scheduler runs the request again later); a
+        backend that cannot pause simply never polls it."""
         ...
 
     def warm(self, request: CompletionRequest, cancelled: Callable[[], bool] | None = None) -> int:

@@ -8,6 +8,13 @@ it; cancelling the running job sets a flag the backend polls between speculative
 Prewarming jobs (``kind="warm"``) have the lowest priority: they run only when no completion waits,
 a newer warm of the same session replaces an older one, and a completion arriving while a warm runs
 preempts it (the warm ends cancelled; what it computed stays cached).
+
+A completion arriving while another lane's completion is in its prefill preempts that one too: the
+backend stops it between prefill chunks (``Preempted``; its computed blocks stay in the prefix
+cache), it goes back to the front of its lane, the newcomer runs next, and then it runs again (its
+prefill restored from the cache). It is answered once, when it finally completes (or is
+cancelled). A prefill is preempted only after it has computed a chunk, so each run progresses.
+A completion past its prefill is not preempted.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
-from specd.requests import Cancelled, CompletionRequest, RequestError
+from specd.requests import Cancelled, CompletionRequest, Preempted, RequestError
 
 if TYPE_CHECKING:  # types only: the daemon is handed a built backend and never imports torch itself
     from specd.daemon.backend import Backend
@@ -50,7 +57,12 @@ class Failed:
     invalid: bool  # a RequestError (the request's fault), else a model failure
 
 
-Outcome = Done | Warmed | WasCancelled | Failed
+@dataclass(frozen=True)
+class Paused:
+    """Preempted during the prefill: the job runs again later (never an answer)."""
+
+
+Outcome = Done | Warmed | WasCancelled | Failed | Paused
 KINDS = ("complete", "warm")
 _ids = itertools.count(1)
 
@@ -66,11 +78,17 @@ class Job:
     submitted: float = field(default_factory=time.perf_counter)
     future: asyncio.Future | None = None
     cancel_reason: str = ""
+    preemptions: int = 0  # times it was paused for another lane's completion
     _cancel: threading.Event = field(default_factory=threading.Event)
+    _preempt: threading.Event = field(default_factory=threading.Event)
+    _preempted_by: Job | None = None  # the newest completion that asked to preempt it
     _finished: bool = False
 
     def cancelled(self) -> bool:
         return self._cancel.is_set()
+
+    def preempted(self) -> bool:
+        return self._preempt.is_set()
 
 
 class SchedulerClosed(RuntimeError):
@@ -86,6 +104,8 @@ class Scheduler:
         self._warm: OrderedDict[str, Job] = OrderedDict()  # lane -> its newest warm job, oldest first
         self._sessions: dict[str, Job] = {}
         self._running: Job | None = None
+        self._urgent: Job | None = None  # the completion a paused job made way for: its lane goes next
+        self.preemptions = 0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread = threading.Thread(target=self._work, name="specd-model", daemon=True)
@@ -113,6 +133,9 @@ class Scheduler:
             running = self._running
             if running is not None and running.kind == "warm":
                 self._cancel_locked(running, "preempted by a completion request")
+            elif running is not None and running.kind == "complete" and running.lane != job.lane:
+                running._preempt.set()  # honoured between prefill chunks only
+                running._preempted_by = job
             if job.session is not None:
                 older = self._sessions.get(job.session)
                 if older is not None:
@@ -178,6 +201,9 @@ class Scheduler:
         self._loop.call_soon_threadsafe(_resolve, job.future, outcome)
 
     def _next_locked(self) -> Job | None:
+        urgent, self._urgent = self._urgent, None
+        if urgent is not None and urgent.lane in self._lanes:  # its lane's turn (in the lane's order)
+            self._lanes.move_to_end(urgent.lane, last=False)
         if self._lanes:
             lane, queue = next(iter(self._lanes.items()))
             job = queue.popleft()
@@ -205,6 +231,13 @@ class Scheduler:
                 if job.cancelled() and not isinstance(outcome, WasCancelled):
                     outcome = WasCancelled(job.cancel_reason)  # a cancelled request always ends cancelled
                 self._running = None
+                if isinstance(outcome, Paused):  # again later, first in its lane; no answer yet
+                    job._preempt.clear()
+                    self._urgent, job._preempted_by = job._preempted_by, None
+                    job.preemptions += 1
+                    self.preemptions += 1
+                    self._lanes.setdefault(job.lane, deque()).appendleft(job)
+                    continue
                 self._finish_locked(job, outcome)
 
     def _run(self, job: Job) -> Outcome:
@@ -216,7 +249,10 @@ class Scheduler:
             if job.kind == "warm":
                 tokens = self.backend.warm(job.request, cancelled=job.cancelled)
                 return Warmed(tokens, (time.perf_counter() - job.submitted) * 1e3)
-            completion = self.backend.complete(job.request, on_delta=job.on_delta, cancelled=job.cancelled)
+            completion = self.backend.complete(job.request, on_delta=job.on_delta, cancelled=job.cancelled,
+                                               preempted=job.preempted)
+        except Preempted:
+            return Paused()
         except Cancelled:
             return WasCancelled(job.cancel_reason or "cancelled")
         except RequestError as e:

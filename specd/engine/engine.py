@@ -17,6 +17,8 @@ import torch
 
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
+from specd.engine.prefill import prefill
+from specd.engine.prefix_cache import PrefixCache, block_bytes
 from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.policy import CostModel, FixedK, KPolicy, StructureK
 from specd.engine.prompt import PromptBuilder
@@ -35,7 +37,10 @@ from specd.models.tokenizer import Tokenizer
 # from this module.
 from specd.engine.config import DRAFTERS, TREE, EngineConfig
 from specd.engine.errors import VocabularyMismatch
-from specd.requests import K_MAX, Cancelled, CompletionRequest, RequestError
+from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, RequestError
+from specd.schema import ConfigError
+
+FIM_TOKENS = 3  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> around the windows
 
 
 def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: CausalLM, draft_model: CausalLM) -> None:
@@ -70,6 +75,25 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
     if kind == "ngram" or model is None:
         return ngram
     return HybridDrafter(ngram, model)
+
+
+def make_prefix_cache(config: EngineConfig, models: list[CausalLM]) -> PrefixCache | None:
+    """The prefix cache ``config`` asks for (None: off); a ``ConfigError`` when its budget cannot
+    hold the blocks of one longest prompt of every model."""
+    if config.prefix_cache_mb == 0:
+        return None
+    w, b = config.windows, config.prefix_block_tokens
+    longest = min(config.max_len, w.max_prefix_tokens + w.max_suffix_tokens + w.max_context_tokens + FIM_TOKENS)
+    per_token = sum(m.kv_bytes_per_token() for m in models)
+    need = block_bytes(per_token, longest, b)
+    budget = config.prefix_cache_mb << 20
+    if budget < need:
+        raise ConfigError(
+            f"engine.prefix_cache_mb: {config.prefix_cache_mb} MB cannot hold one longest prompt "
+            f"({longest} tokens: the prefix, suffix and context windows) at {per_token} bytes of KV per token "
+            f"(both models): set it to at least {-(-need // (1 << 20))}, or 0 to turn the prefix cache off"
+        )
+    return PrefixCache(budget, b)
 
 
 class Engine:
@@ -114,15 +138,22 @@ class Engine:
         self._allowed[[i for i in tokenizer.real_token_ids() if i < target.vocab_size]] = True
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
+        # the draft model's cache follows the prompt unless only n-gram lookup drafts
+        self._draft_cached = draft if draft is not None and config.drafter != "ngram" else None
+        self._prefix = make_prefix_cache(config, [m for m in (target, self._draft_cached) if m is not None])
 
     def complete(
         self,
         request: CompletionRequest,
         on_delta: Callable[[str], None] | None = None,
         cancelled: Callable[[], bool] | None = None,
+        preempted: Callable[[], bool] | None = None,
     ) -> Completion:
         """Run one completion. ``on_delta`` receives text as it is verified; ``cancelled`` is
-        polled between rounds and, when it returns True, the request ends with ``Cancelled``."""
+        polled between prefill chunks and rounds and, when it returns True, the request ends with
+        ``Cancelled``. ``preempted`` is polled between prefill chunks (after at least one): when it
+        returns True the prefill stops with ``Preempted``, its computed blocks cached, to be run
+        again later."""
         params = sampling_params(request.validate(self.config.max_len), allowed=self._allowed)
         prompt = self.prompts.build(request.prefix, request.suffix, request.context)
         if len(prompt) + request.max_tokens > self.config.max_len:
@@ -156,8 +187,13 @@ class Engine:
                 # the rest of the last suggestion as free drafts; the policy's rounds after it
                 drafter = LookaheadDrafter(ahead, len(prompt), drafter)
             decoding = Decoding(request.max_tokens, params, self.prompts.stop_ids, generator)
+            between_chunks = _interrupts(cancelled, preempted)
+
+            def prefill_models(prompt: list[int], with_draft: bool) -> int:
+                return self._prefill_locked(prompt, with_draft, between_chunks)
+
             try:
-                tokens, stats = generate(self.target, prompt, decoding, drafter, policy, on_round)
+                tokens, stats = generate(self.target, prompt, decoding, drafter, policy, on_round, prefill_models)
             except Cancelled:
                 raise
             except BaseException:  # a model failure: do not trust what the caches hold
@@ -191,9 +227,26 @@ class Engine:
 
     def _reset_locked(self) -> None:
         self._continuation.clear()
+        if self._prefix is not None:
+            self._prefix.clear()
         for model in (self.target, self.draft):
             if model is not None:
                 model.rollback(0)
+
+    def _prefill_locked(self, prompt: list[int], with_draft: bool, between_chunks: Callable[[], None]) -> int:
+        """Both caches up to ``prompt[:-1]`` (the draft's when ``with_draft``), through the prefix
+        cache, in chunks; returns the target positions reused (live or restored)."""
+        context = torch.tensor(prompt[:-1], dtype=torch.long)
+        chunk = self.config.prefill_chunk_tokens
+        done = prefill(self.target, "target", context, self._prefix, chunk, between_chunks)
+        if with_draft and self._draft_cached is not None:
+            prefill(self._draft_cached, "draft", context, self._prefix, chunk, between_chunks)
+        return done.reused
+
+    @property
+    def prefix_cache(self) -> PrefixCache | None:
+        """The KV blocks of earlier prompts (None when ``prefix_cache_mb`` is 0)."""
+        return self._prefix
 
     # -- the daemon's Backend interface (specd.daemon.backend) ------------------------------------
     @property
@@ -208,26 +261,22 @@ class Engine:
         return {"ok": True, "backend": "local"}
 
     def warm(self, request: CompletionRequest, cancelled: Callable[[], bool] | None = None) -> int:
-        """Bring both models' caches up to the prompt ``request`` would use, generating nothing;
-        returns the target prompt tokens now cached."""
+        """Bring both models' caches (and the prefix cache) up to the prompt ``request`` would
+        use, generating nothing; returns the prompt tokens now cached. ``cancelled`` is polled
+        between prefill chunks; what was computed before it stays cached."""
         request.validate(self.config.max_len)
         prompt = self.prompts.build(request.prefix, request.suffix, request.context)
-        context = torch.tensor(prompt[:-1], dtype=torch.long)  # as generate() leaves the caches
         with self._lock:
             if cancelled is not None and cancelled():
                 raise Cancelled()
             try:
-                for model in (self.target, self.draft):
-                    if model is None:
-                        continue
-                    reused = model.common_prefix(context)
-                    model.rollback(reused)
-                    if reused < len(context):
-                        model.forward(context[reused:])
+                self._prefill_locked(prompt, True, _interrupts(cancelled, None))
+            except Cancelled:
+                raise
             except BaseException:
                 self._reset_locked()
                 raise
-            return self.target.cache_len
+            return len(prompt) - 1  # as generate() leaves the caches: all but the last token
 
     def memory(self) -> dict[str, int]:
         """Resident bytes: model weights and KV caches (runtimes that cannot tell report 0)."""
@@ -237,7 +286,19 @@ class Engine:
                 resident = model.resident_bytes()
                 out[f"{role}_weight_bytes"] = int(resident.get("weights", 0))
                 out[f"{role}_kv_cache_bytes"] = int(resident.get("kv_cache", 0))
+        if self._prefix is not None:
+            out.update(self._prefix.report())
         return out
+
+
+def _interrupts(cancelled: Callable[[], bool] | None, preempted: Callable[[], bool] | None) -> Callable[[], None]:
+    """What a prefill calls between chunks: raises ``Cancelled`` or ``Preempted``."""
+    def between_chunks() -> None:
+        if cancelled is not None and cancelled():
+            raise Cancelled()
+        if preempted is not None and preempted():
+            raise Preempted()
+    return between_chunks
 
 
 def _covering(tokenizer: Tokenizer, tokens: list[int], text: str) -> list[int]:

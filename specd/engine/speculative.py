@@ -40,6 +40,10 @@ class Decoding:
 # Called after each round with all tokens generated so far; returning True stops generation
 # (stop strings). To cancel, raise from it.
 RoundCallback = Callable[[list[int]], bool]
+# Brings the caches (the target's, and the drafter's when the flag says drafts are made) up to all
+# prompt tokens but the last; returns the target tokens reused. The engine's goes through its prefix
+# cache, in chunks.
+Prefill = Callable[[list[int], bool], int]
 
 
 def generate(
@@ -49,9 +53,11 @@ def generate(
     drafter: Drafter | None = None,
     k: "int | KPolicy" = 0,
     on_round: RoundCallback | None = None,
+    prefill: Prefill | None = None,
 ) -> tuple[list[int], GenerationStats]:
     """Generate after ``prompt``; returns (new tokens, stats). ``k``: drafts per round, or the
-    policy that chooses them; 0 (or no drafter) is target-only decoding through the same loop."""
+    policy that chooses them; 0 (or no drafter) is target-only decoding through the same loop.
+    ``prefill``: how the caches reach the prompt (default: reuse the live caches, one forward)."""
     if not prompt:
         raise ValueError("empty prompt")
     policy = FixedK(k) if isinstance(k, int) else k
@@ -59,7 +65,7 @@ def generate(
         drafter = None
     stats = GenerationStats(mode="spec" if drafter else "target", prompt_tokens=len(prompt))
     t0 = time.perf_counter()
-    stats.prefill_reused = _prefill(target, drafter, prompt)
+    stats.prefill_reused = prefill(prompt, drafter is not None) if prefill is not None else _prefill(target, drafter, prompt)
     stats.prefill_ms = (time.perf_counter() - t0) * 1e3
 
     seq, out = list(prompt), []
