@@ -166,3 +166,69 @@ class RemoteDaemon:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+def _byte_tokens() -> list[str]:
+    """GPT-2's byte-level alphabet: one printable character per byte."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    chars = printable[:]
+    n = 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + n)
+            n += 1
+    return [chr(c) for _, c in sorted(zip(printable, chars))]
+
+
+def write_no_fim_gguf(path: Path) -> Path:
+    """A tiny random llama model with a byte-level vocabulary and no FIM tokens: what a server
+    serving a plain (non-FIM) model looks like to specd."""
+    import numpy as np
+    from gguf import GGUFWriter, TokenType
+
+    hidden, heads, ff, layers = 64, 4, 128, 1
+    tokens = _byte_tokens() + ["ĠĠ", "<|endoftext|>"]
+    vocab = len(tokens)
+    rng = np.random.default_rng(0)
+    w = GGUFWriter(str(path), "llama")
+    w.add_name("tiny-no-fim")
+    w.add_context_length(4096)
+    w.add_embedding_length(hidden)
+    w.add_block_count(layers)
+    w.add_feed_forward_length(ff)
+    w.add_rope_dimension_count(hidden // heads)
+    w.add_head_count(heads)
+    w.add_head_count_kv(heads)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_file_type(0)  # all F32
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("default")
+    w.add_token_list(tokens)
+    w.add_token_types([TokenType.NORMAL] * (vocab - 1) + [TokenType.CONTROL])
+    w.add_token_merges(["Ġ Ġ"])
+    w.add_bos_token_id(vocab - 1)
+    w.add_eos_token_id(vocab - 1)
+    w.add_add_bos_token(False)
+
+    def mat(rows: int, cols: int) -> "np.ndarray":
+        return (rng.standard_normal((rows, cols)) / np.sqrt(cols)).astype(np.float32)
+
+    w.add_tensor("token_embd.weight", mat(vocab, hidden))
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    w.add_tensor("output.weight", mat(vocab, hidden))
+    for i in range(layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(hidden, dtype=np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(hidden, dtype=np.float32))
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            w.add_tensor(p + name + ".weight", mat(hidden, hidden))
+        w.add_tensor(p + "ffn_gate.weight", mat(ff, hidden))
+        w.add_tensor(p + "ffn_up.weight", mat(ff, hidden))
+        w.add_tensor(p + "ffn_down.weight", mat(hidden, ff))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from specd.bench.errors import BenchError
 
 SPECD_KINDS = ("target", "spec")
-ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup", "llamacpp-server")
+ANCHOR_KINDS = ("hf-target", "hf-assisted", "llamacpp", "llamacpp-lookup", "llamacpp-server", "remote")
 ALL_MODES = "target,spec,hf-target,hf-assisted,llamacpp,llamacpp-lookup,llamacpp-server"
 HELP = (
     "comma-separated: target (specd, target alone), spec (the configured K), spec:k=N or spec:auto "
@@ -17,7 +17,8 @@ HELP = (
     "suggestion, which stays remembered; target:continue is its baseline), and the "
     "anchors hf-target, hf-assisted (transformers assisted generation, same pair, fp32), llamacpp, "
     "llamacpp-lookup[:k=N] (llama-cpp-python on the same GGUF files), llamacpp-server (llama.cpp's "
-    "llama-server /infill, binaries built by `python -m specd.bench.llamacpp_build`); 'all' = " + ALL_MODES
+    "llama-server /infill, binaries built by `python -m specd.bench.llamacpp_build`), remote (specd's remote "
+    "backend on the server --backend names: llama-server:URL or openai:URL/v1); 'all' = " + ALL_MODES
 )
 
 

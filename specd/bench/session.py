@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.bench import anchor_hf, anchor_llamacpp, anchor_llamacpp_server
+from specd.bench import anchor_hf, anchor_llamacpp, anchor_llamacpp_server, anchor_remote
 from specd.bench.errors import BenchError
 from specd.bench.machine import git_commit, machine_info
 from specd.bench.measurement import Measurement
@@ -23,6 +23,7 @@ from specd.bench.verify_curve import SIZES, verify_curve
 from specd.app import build_engine, gguf_file, model_directory
 from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
+from specd.remote.config import RemoteConfig
 from specd.requests import CompletionRequest
 
 
@@ -39,6 +40,7 @@ class BenchConfig:
     kv: str = "cold"  # cold: every run prefills its prompt; warm: prompts primed once per task, reused
     progress: bool = True
     command: str = ""
+    remote: RemoteConfig | None = None  # the server mode ``remote`` runs through (--backend ...)
 
     def check(self) -> None:
         if not self.tasks:
@@ -59,6 +61,10 @@ def _anchor(mode: Mode, config: BenchConfig, engine: Engine) -> tuple[Runner | N
     """The anchor's runner, or None and a note saying why it is skipped."""
     stop = engine.prompts.stop_ids
     try:
+        if mode.kind == "remote":  # a shared inference server, through specd's remote backend
+            why = anchor_remote.unavailable(config.remote, mode)
+            assert why or config.remote is not None
+            return (None, why) if why else (anchor_remote.RemoteRunner(mode, config.remote, config.engine), None)
         if mode.kind.startswith("hf-"):
             target_dir = model_directory(config.engine.target)
             draft_dir = model_directory(config.engine.draft) if config.engine.draft else None

@@ -18,6 +18,9 @@ from specd.bench.plots import draw_all, unavailable
 from specd.bench.report import markdown, text_table
 from specd.bench.tasks import load_tasks, quick_tasks, select_tasks
 from specd.cli.flags import add_engine_flags, engine_config
+from specd.config import load_toml
+from specd.remote.config import RemoteConfig
+from specd.schema import add_flags, entries, flag_values, from_table
 
 
 def register(subparsers: Any) -> None:
@@ -47,6 +50,7 @@ def register(subparsers: Any) -> None:
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
     add_engine_flags(b)
+    add_flags(b.add_argument_group("mode remote: the server (as specd serve --backend)"), RemoteConfig)
     b.set_defaults(func=cmd_bench)
 
 
@@ -58,6 +62,14 @@ def _default_out() -> Path:
     in_checkout = bench.is_dir() and (checkout / "pyproject.toml").is_file()
     base = bench / "out" if in_checkout else Path.cwd() / "specd-bench"
     return base / time.strftime("%Y%m%d-%H%M%S")
+
+
+def remote_config(args: argparse.Namespace) -> RemoteConfig:
+    """The remote server's settings for mode ``remote``: the config file's ``[daemon]`` keys (as
+    ``specd serve`` reads them) with the flags on top."""
+    names = {e.name for e in entries(RemoteConfig)}
+    table = {k: v for k, v in load_toml(args.config).get("daemon", {}).items() if k in names}
+    return from_table(RemoteConfig, "daemon", table, flag_values(args, RemoteConfig))
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -91,7 +103,8 @@ def _bench(args: argparse.Namespace) -> int:
         config = config.replace(draft=None)  # nothing drafts: do not load the draft
     bench = BenchConfig(engine=config, modes=modes, tasks=tuple(tasks), reps=reps, max_tokens=max_tokens,
                         verify_curve=args.verify_curve, verify_reps=args.verify_reps, warmup=args.warmup, kv=kv,
-                        progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]))
+                        progress=args.progress, command=shlex.join(["specd", *sys.argv[1:]]),
+                        remote=remote_config(args))
     bench.check()  # bad input fails before any model loads
     plots, plots_note = args.plots, None
     if plots:  # an optional dependency (the bench extra): checked before any work, skipped with a note
