@@ -166,12 +166,12 @@ async def test_round_robin_across_sessions() -> None:
         first = Job(CompletionRequest(PREFIX, max_tokens=2), lane="A")
         futures = {"a0": scheduler.submit(first)}
         await engine.wait_entered()
-        assert scheduler.counts() == {"queued": 0, "warming": 0, "running": 1}
+        assert scheduler.counts() == {"queued": 0, "warming": 0, "running": 1, "preempted": 0}
         for name, lane in [("a1", "A"), ("a2", "A"), ("a3", "A"), ("b1", "B"), ("c1", "C"), ("b2", "B")]:
             futures[name] = scheduler.submit(Job(CompletionRequest(PREFIX, max_tokens=2), lane=lane))
         for name, f in futures.items():
             f.add_done_callback(lambda _, n=name: order.append(n))
-        assert scheduler.counts() == {"queued": 6, "warming": 0, "running": 1}
+        assert scheduler.counts() == {"queued": 6, "warming": 0, "running": 1, "preempted": 0}
     finally:
         engine.gate.set()
     await asyncio.gather(*futures.values())
@@ -191,7 +191,7 @@ async def test_supersession_of_a_queued_job_and_cancel() -> None:
         doomed = Job(CompletionRequest(PREFIX, max_tokens=3), lane="y")
         cancelled = scheduler.submit(doomed)
         scheduler.cancel(doomed, "cancelled by the client")
-        assert scheduler.counts() == {"queued": 1, "warming": 0, "running": 1}  # only the newer "s" job waits
+        assert scheduler.counts() == {"queued": 1, "warming": 0, "running": 1, "preempted": 0}  # only the newer "s" job waits
     finally:
         engine.gate.set()
     old_out, new_out, c_out, r_out = await asyncio.gather(old, new, cancelled, running)

@@ -165,7 +165,7 @@ class Scheduler:
         with self._cv:
             return {"queued": sum(len(q) for q in self._lanes.values()),
                     "warming": len(self._warm) + int(self._running is not None and self._running.kind == "warm"),
-                    "running": int(self._running is not None)}
+                    "running": int(self._running is not None), "preempted": self.preemptions}
 
     def close(self, wait: float | None = None) -> None:
         """Stop the worker after its current job (queued jobs must have been cancelled)."""
