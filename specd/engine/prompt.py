@@ -1,6 +1,10 @@
 """Prompts: Qwen's fill-in-the-middle format, bounded windows, stop tokens.
 
 ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` — the model writes the middle.
+With ``prompt_layout = "psm-line"`` the text typed on the cursor line goes after the middle token
+instead: ``<|fim_prefix|>{prefix up to the cursor line}<|fim_suffix|>{suffix}<|fim_middle|>{typed}``
+and the model continues the line. Typing within a line then leaves every token before ``typed``
+unchanged (their KV cache stays valid); only a line change moves the prefix's end.
 The prefix window keeps the last ``max_prefix_tokens`` tokens before the cursor, cut at a line
 start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at a line end.
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from specd.engine.config import PromptWindows
+from specd.engine.config import PROMPT_LAYOUTS, PromptWindows
 from specd.models.tokenizer import Tokenizer
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
@@ -29,6 +33,8 @@ _CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
 
 class PromptBuilder:
     def __init__(self, tokenizer: Tokenizer, windows: PromptWindows = PromptWindows()) -> None:
+        if windows.prompt_layout not in PROMPT_LAYOUTS:
+            raise ValueError(f"prompt_layout must be one of {', '.join(PROMPT_LAYOUTS)}, got {windows.prompt_layout!r}")
         self.tokenizer = tokenizer
         self.windows = windows
         ids = {t: tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
@@ -93,4 +99,9 @@ class PromptBuilder:
         if self.fim is None:  # no FIM tokens: plain left-to-right completion
             return head + self.tokenizer.encode(prefix)
         p, s, m = self.fim
-        return [*head, p, *self.tokenizer.encode(prefix), s, *self.tokenizer.encode(suffix), m]
+        typed = ""
+        if self.windows.prompt_layout == "psm-line":
+            start = prefix.rfind("\n") + 1
+            prefix, typed = prefix[:start], prefix[start:]
+        return [*head, p, *self.tokenizer.encode(prefix), s, *self.tokenizer.encode(suffix), m,
+                *self.tokenizer.encode(typed)]

@@ -1,0 +1,254 @@
+#!/usr/bin/env python
+"""Prompt layout, windows and repository context, measured on the real pair in-process.
+
+Three studies (each prints a markdown table; ``--json`` keeps the rows):
+
+* ``quality``: greedy target-only completions (same text as greedy spec) for each variant,
+  post-processed as the LSP does, scored on the cursor line: exact line and edit similarity
+  (1 - Levenshtein / longer length), plus how many suggestions came out empty. Task sets: ``lines``
+  (single-line tasks cut from real code, ``bench/line_tasks.py``; ``--split test`` is the reported
+  split) and ``bench`` (the 36-task suite; scored on the first line of its middle).
+  Variants: ``--layouts psm,psm-line``, ``--prefix-tokens 512,1024``, ``--suffix-tokens 32``,
+  ``--contexts none,header,files`` (no repository context; the LSP's repository header alone; the
+  header with two sibling files of the task's file, as the LSP sends recently edited documents).
+* ``typing``: speculative requests while a new line is typed (the prompt a keystroke sends:
+  the line being written is absent from the suffix): one at the end of the line before, one
+  after Enter (the line change, cursor after the indentation), then one per typed character;
+  prefill tokens computed (target) and ms per request, for each layout.
+* ``cold``: cold speculative requests (caches reset) for each prefix window: prompt tokens, prefill
+  and time to first token.
+
+    flock /tmp/specd-cpu.lock python bench/prompt_layout.py quality --tasks lines --split test
+    flock /tmp/specd-cpu.lock python bench/prompt_layout.py typing --tasks lines --n 6
+    flock /tmp/specd-cpu.lock python bench/prompt_layout.py cold --prefix-tokens 256,512,1024,2048
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specd.app import build_engine
+from specd.bench.tasks import load_tasks
+from specd.engine.config import EngineConfig, PromptWindows
+from specd.engine.prompt import PromptBuilder
+from specd.lsp.context import ContextLimits, OtherFile, repo_context
+from specd.lsp.postprocess import is_mid_line, postprocess
+from specd.requests import CompletionRequest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from line_tasks import build_line_tasks  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    split: str
+    file: str
+    prefix: str
+    suffix: str
+    target: str  # the expected rest of the cursor line
+    before: str  # text before the cursor line
+    after: str  # text after the cursor line
+
+
+def cases(kind: str, split: str) -> list[Case]:
+    if kind == "lines":
+        out = [Case(t.id, t.split, t.file, t.prefix, t.suffix, t.target, t.before, t.after)
+               for t in build_line_tasks()]
+    else:
+        out = []
+        for t in load_tasks():
+            line_prefix = t.prefix.rsplit("\n", 1)[-1]
+            first = (t.expected + t.suffix).split("\n", 1)[0]
+            before = t.prefix[: len(t.prefix) - len(line_prefix)]
+            rest = (t.expected + t.suffix)[len(first):]
+            # suite tasks: Python was tuned on in earlier sessions, JavaScript and C held out
+            out.append(Case(t.id, "dev" if t.language == "python" else "test", t.file, t.prefix, t.suffix,
+                            first, before, rest))
+    return [c for c in out if split == "all" or c.split == split]
+
+
+def levenshtein(a: str, b: str) -> int:
+    prev = list(range(len(b) + 1))
+    for i, ca in enumerate(a, 1):
+        cur = [i]
+        for j, cb in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
+        prev = cur
+    return prev[-1]
+
+
+def similarity(a: str, b: str) -> float:
+    n = max(len(a), len(b))
+    return 1.0 if n == 0 else 1.0 - levenshtein(a, b) / n
+
+
+def context_for(case: Case, kind: str) -> str:
+    if kind == "none":
+        return ""
+    path = Path(case.file)
+    repo = path.parent.name
+    others: list[OtherFile] = []
+    if kind == "files":
+        sibs = sorted(p for p in path.parent.glob("*" + path.suffix) if p != path and p.stat().st_size > 500)
+        for p in sibs[:2]:
+            others.append(OtherFile(p.name, p.read_text(encoding="utf-8", errors="replace"), 0))
+    return repo_context(repo, path.name, others, ContextLimits())
+
+
+def set_windows(engine, **changes) -> None:
+    engine.prompts = PromptBuilder(engine.tokenizer, PromptWindows(**changes))
+
+
+def request(prefix: str, suffix: str, mode: str, max_tokens: int, context: str = "") -> CompletionRequest:
+    line_suffix = suffix.split("\n", 1)[0]
+    stop = ("\n",) if is_mid_line(line_suffix) else ()
+    return CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, temperature=0.0, stop=stop,
+                             mode=mode, context=context)
+
+
+def quality(engine, args, chosen: list[Case]) -> list[dict]:
+    rows = []
+    variants = [(lay, pt, st, cx) for lay in args.layouts.split(",") for pt in _ints(args.prefix_tokens)
+                for st in _ints(args.suffix_tokens) for cx in args.contexts.split(",")]
+    for c in chosen:
+        line_prefix = c.prefix.rsplit("\n", 1)[-1]
+        line_suffix = c.suffix.split("\n", 1)[0]
+        seen: dict[tuple, dict] = {}
+        for lay, pt, st, cx in variants:  # same task in a row: later variants reuse its cached KV
+            set_windows(engine, max_prefix_tokens=pt, max_suffix_tokens=st, prompt_layout=lay)
+            ctx = context_for(c, cx)
+            prompt = tuple(engine.prompts.build(c.prefix, c.suffix, ctx))
+            if prompt in seen:  # the same tokens (e.g. the cursor at a line start): the same answer
+                r = dict(seen[prompt], layout=lay, prefix_tokens=pt, suffix_tokens=st, context=cx)
+                rows.append(r)
+                continue
+            engine.forget_suggestion()
+            t0 = time.perf_counter()
+            out = engine.complete(request(c.prefix, c.suffix, "target", args.max_tokens, ctx))
+            raw = out.text
+            shown = postprocess(raw, line_prefix, line_suffix, c.suffix)
+            line = shown.split("\n", 1)[0].rstrip()
+            r = {"task": c.id, "layout": lay, "prefix_tokens": pt, "suffix_tokens": st, "context": cx,
+                 "prompt_tokens": len(prompt), "exact": line == c.target.rstrip(),
+                 "similarity": similarity(line, c.target.rstrip()), "empty": not shown.strip(),
+                 "raw_blank": not raw.strip(), "line": line, "target": c.target.rstrip(),
+                 "seconds": time.perf_counter() - t0}
+            seen[prompt] = r
+            rows.append(r)
+            print(f"{c.id} {lay} p{pt} s{st} {cx}: {'=' if r['exact'] else ' '} {r['similarity']:.2f} "
+                  f"{line!r} | {c.target.rstrip()!r}", file=sys.stderr, flush=True)
+    print(f"\n{len(chosen)} tasks ({args.tasks}, split {args.split}), greedy target-only, max {args.max_tokens} "
+          "tokens, LSP post-processing, scored on the cursor line")
+    print("| layout | prefix window | suffix window | context | exact line | edit similarity | empty | prompt tokens |")
+    print("|---|---|---|---|---|---|---|---|")
+    for lay, pt, st, cx in variants:
+        rs = [r for r in rows if (r["layout"], r["prefix_tokens"], r["suffix_tokens"], r["context"]) == (lay, pt, st, cx)]
+        print(f"| {lay} | {pt} | {st} | {cx} | {sum(r['exact'] for r in rs)}/{len(rs)} | "
+              f"{statistics.mean(r['similarity'] for r in rs):.3f} | {sum(r['empty'] for r in rs)} | "
+              f"{statistics.mean(r['prompt_tokens'] for r in rs):.0f} |")
+    return rows
+
+
+def typing(engine, args, chosen: list[Case]) -> list[dict]:
+    """Type each task's cursor line into a document that lacks it."""
+    rows = []
+    for lay in args.layouts.split(","):
+        set_windows(engine, prompt_layout=lay)
+        for c in chosen:
+            line = c.before.rsplit("\n", 1)[0]  # text up to the previous line's end
+            typed = c.prefix[len(c.before):] + c.target
+            indent = typed[: len(typed) - len(typed.lstrip())]
+            after = c.after
+            steps = [("previous line", line, "\n" + after if after else "")]
+            steps.append(("line change", c.before + indent, after))
+            for n in range(1, args.n + 1):
+                steps.append((f"keystroke", c.before + typed[: len(indent) + n], after))
+            engine.reset()
+            for i, (what, prefix, suffix) in enumerate(steps):
+                engine.forget_suggestion()
+                out = engine.complete(request(prefix, suffix, "spec", args.max_tokens))
+                s = out.stats
+                if i == 0:
+                    continue  # the cold request that fills the caches
+                rows.append({"task": c.id, "layout": lay, "step": what, "prompt_tokens": s.prompt_tokens,
+                             "computed": s.prompt_tokens - s.prefill_reused, "prefill_ms": s.prefill_ms,
+                             "ttft_ms": s.ttft_ms, "total_ms": s.total_ms})
+            print(f"{c.id} {lay}: " + " ".join(f"{r['computed']}" for r in rows[-(len(steps) - 1):]),
+                  file=sys.stderr, flush=True)
+    print(f"\n{len(chosen)} tasks ({args.tasks}), speculative (default pair), max {args.max_tokens} tokens; medians")
+    print("| layout | step | target tokens computed | prefill ms | time to first token ms | total ms |")
+    print("|---|---|---|---|---|---|")
+    for lay in args.layouts.split(","):
+        for what in ("line change", "keystroke"):
+            rs = [r for r in rows if r["layout"] == lay and r["step"] == what]
+            print(f"| {lay} | {what} | {statistics.median(r['computed'] for r in rs):.0f} | "
+                  f"{statistics.median(r['prefill_ms'] for r in rs):.0f} | {statistics.median(r['ttft_ms'] for r in rs):.0f} | "
+                  f"{statistics.median(r['total_ms'] for r in rs):.0f} |")
+    return rows
+
+
+def cold(engine, args, chosen: list[Case]) -> list[dict]:
+    rows = []
+    for c in chosen:
+        for pt in _ints(args.prefix_tokens):
+            set_windows(engine, max_prefix_tokens=pt)
+            engine.reset()
+            out = engine.complete(request(c.prefix, c.suffix, "spec", args.max_tokens))
+            s = out.stats
+            rows.append({"task": c.id, "prefix_tokens": pt, "prompt_tokens": s.prompt_tokens,
+                         "prefill_ms": s.prefill_ms, "ttft_ms": s.ttft_ms, "total_ms": s.total_ms})
+            print(f"{c.id} p{pt}: {s.prompt_tokens} tokens, prefill {s.prefill_ms:.0f} ms", file=sys.stderr, flush=True)
+    print(f"\n{len(chosen)} tasks ({args.tasks}), cold speculative requests, max {args.max_tokens} tokens; medians")
+    print("| prefix window | prompt tokens | prefill ms | time to first token ms | total ms |")
+    print("|---|---|---|---|---|")
+    for pt in _ints(args.prefix_tokens):
+        rs = [r for r in rows if r["prefix_tokens"] == pt]
+        print(f"| {pt} | {statistics.median(r['prompt_tokens'] for r in rs):.0f} | "
+              f"{statistics.median(r['prefill_ms'] for r in rs):.0f} | {statistics.median(r['ttft_ms'] for r in rs):.0f} | "
+              f"{statistics.median(r['total_ms'] for r in rs):.0f} |")
+    return rows
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("study", choices=("quality", "typing", "cold"))
+    ap.add_argument("--tasks", choices=("lines", "bench"), default="lines")
+    ap.add_argument("--split", choices=("dev", "test", "all"), default="test")
+    ap.add_argument("--only", default="", help="comma-separated task ids")
+    ap.add_argument("--first", type=int, default=0, help="the first N chosen tasks only (0: all)")
+    ap.add_argument("--skip", type=int, default=0, help="skip the first N chosen tasks")
+    ap.add_argument("--layouts", default="psm,psm-line")
+    ap.add_argument("--prefix-tokens", default="1024")
+    ap.add_argument("--suffix-tokens", default="32")
+    ap.add_argument("--contexts", default="none")
+    ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--n", type=int, default=6, help="typing: keystrokes per line")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    chosen = cases(args.tasks, args.split)
+    if args.only:
+        keep = set(args.only.split(","))
+        chosen = [c for c in chosen if c.id in keep]
+    chosen = chosen[args.skip:]
+    if args.first:
+        chosen = chosen[: args.first]
+    engine = build_engine(EngineConfig())
+    rows = {"quality": quality, "typing": typing, "cold": cold}[args.study](engine, args, chosen)
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
