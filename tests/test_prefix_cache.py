@@ -255,3 +255,13 @@ def test_reset_forgets_the_prefix_cache() -> None:
     engine.reset()
     assert len(engine.prefix_cache) == 0
     assert engine.complete(_long_request()).stats.prefill_reused == 0
+
+
+def test_a_warm_longer_than_the_context_is_refused_naming_the_field() -> None:
+    from specd.requests import RequestError
+
+    engine = tiny_engine(k=3, **SMALL)  # max_len 512, windows of 1024 prefix tokens
+    with pytest.raises(RequestError, match="exceeds the context of 512") as e:
+        engine.warm(CompletionRequest(source_file(0, 40)))
+    assert e.value.field == "prefix"
+    assert engine.warm(CompletionRequest(source_file(0, 4))) > 0  # and serves on

@@ -266,6 +266,9 @@ class Engine:
         between prefill chunks; what was computed before it stays cached."""
         request.validate(self.config.max_len)
         prompt = self.prompts.build(request.prefix, request.suffix, request.context)
+        if len(prompt) > self.config.max_len:
+            raise RequestError("prefix", f"the prompt ({len(prompt)} tokens) exceeds the context of "
+                                         f"{self.config.max_len} tokens")
         with self._lock:
             if cancelled is not None and cancelled():
                 raise Cancelled()
