@@ -18,6 +18,7 @@ keeps its last ``max_context_tokens`` tokens, starting at a file boundary when c
 from __future__ import annotations
 
 import re
+from functools import cached_property
 
 from specd.engine.config import PROMPT_LAYOUTS, PromptWindows
 from specd.models.tokenizer import Tokenizer
@@ -42,6 +43,16 @@ class PromptBuilder:
         self.stop_ids = frozenset(i for t in STOP_TOKENS if (i := tokenizer.token_id(t)) is not None)
         self.markers = {t: tokenizer.token_id(t) for t in (REPO_NAME, FILE_SEP)}
 
+    @cached_property
+    def _token_chars(self) -> int:
+        """At most this many characters make one token (the longest token's byte count)."""
+        return max(1, max((len(t) for t in self.tokenizer.vocab()), default=1))
+
+    def _span(self, limit: int) -> int:
+        """Characters that hold at least ``2 * limit`` tokens: text beyond them is never encoded,
+        so an enormous document costs what a window-sized one does."""
+        return 2 * limit * self._token_chars
+
     def window_prefix(self, prefix: str) -> str:
         """The tail of ``prefix`` that fits the window, starting at a line start when cut.
 
@@ -49,6 +60,10 @@ class PromptBuilder:
         so the cached KV of everything after it) stays put for ``limit / 4`` tokens instead of
         moving with every keystroke and invalidating the whole prompt's cache."""
         limit = self.windows.max_prefix_tokens
+        span = self._span(limit)
+        if len(prefix) > 2 * span:  # an enormous document: only a tail of at least 2 * limit tokens
+            quantum = span // 2  # its start moves in whole quanta, so it holds while the user types
+            prefix = prefix[(len(prefix) - span) // quantum * quantum :]
         ids = self.tokenizer.encode(prefix)
         if len(ids) <= limit:
             return prefix
@@ -60,7 +75,7 @@ class PromptBuilder:
 
     def window_suffix(self, suffix: str) -> str:
         limit = self.windows.max_suffix_tokens
-        ids = self.tokenizer.encode(suffix)
+        ids = self.tokenizer.encode(suffix[: self._span(limit)])
         if len(ids) <= limit:
             return suffix
         head = self.tokenizer.decode(ids[:limit])
@@ -72,6 +87,7 @@ class PromptBuilder:
         tokenizer has none), the rest is text; the tail that fits the context window."""
         if not context:
             return []
+        context = context[-self._span(self.windows.max_context_tokens) :]  # bounded work
         ids: list[int] = []
         starts: list[int] = []  # where each <|file_sep|> lands in ids
         pos = 0
