@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import random
+import subprocess
+import sys
 import threading
 import time
 
@@ -13,7 +15,7 @@ import pytest
 from specd.daemon import protocol as rpc
 from specd.daemon.scheduler import Done, Job, Scheduler, WasCancelled
 from specd.requests import CompletionRequest
-from tests.daemon_harness import Daemon, read_until_terminal, send, short_dir, tiny_pair, wait_for
+from tests.daemon_harness import ENGINE_FLAGS, Daemon, env_for, read_until_terminal, send, short_dir, tiny_pair, wait_for
 from tests.tiny import tiny_engine
 
 BLOCK, CHUNK = 16, 8
@@ -161,3 +163,17 @@ def test_every_request_gets_exactly_one_answer_under_preemption_and_cancels(daem
         stats = c.call("stats")
     assert stats["requests"]["queued"] == 0 and stats["requests"]["running"] == 0
     assert stats["requests"]["preempted"] > 0  # prefills were paused and resumed
+
+
+def test_a_prefix_cache_too_small_for_one_prompt_stops_the_daemon_at_start(tmp_path) -> None:
+    target, draft = tiny_pair(tmp_path)
+    runtime = short_dir()
+    # the tiny pair: 1 KiB of KV per token; a 4096-token longest prompt needs 4 MB
+    run = subprocess.run([sys.executable, "-m", "specd", "serve", "--socket", str(runtime / "s.sock"),
+                          "--target", str(target), "--draft", str(draft), *ENGINE_FLAGS,
+                          "--max-prefix-tokens", "3500", "--prefix-cache-mb", "1"],
+                         capture_output=True, text=True, env=env_for(runtime), timeout=300)
+    assert run.returncode == 2
+    assert "engine.prefix_cache_mb: 1 MB cannot hold one longest prompt" in run.stderr
+    assert "at least 4" in run.stderr
+    assert not (runtime / "s.sock").exists()

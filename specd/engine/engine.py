@@ -90,7 +90,8 @@ def make_prefix_cache(config: EngineConfig, models: list[CausalLM]) -> PrefixCac
     if budget < need:
         raise ConfigError(
             f"engine.prefix_cache_mb: {config.prefix_cache_mb} MB cannot hold one longest prompt "
-            f"({longest} tokens: the prefix, suffix and context windows) at {per_token} bytes of KV per token "
+            f"({longest} tokens: the prefix, suffix and context windows, at most max_len) at {per_token} bytes "
+            f"of KV per token "
             f"(both models): set it to at least {-(-need // (1 << 20))}, or 0 to turn the prefix cache off"
         )
     return PrefixCache(budget, b)
