@@ -5,26 +5,32 @@ packages below (daemon, LSP server, bench, engine, models) expose functions and 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from typing import Sequence
 
-from specd.cli import bench, complete, lsp, models, serve
 from specd.engine.errors import VocabularyMismatch
 from specd.models.errors import ModelError
 from specd.requests import Cancelled, RequestError
 from specd.schema import ConfigError
 
+COMMANDS = ("complete", "serve", "lsp", "models", "bench")
 
-def build_parser() -> argparse.ArgumentParser:
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of ``only`` (a command's module is imported only when it
+    is registered: ``specd complete`` and ``specd lsp`` start without the others' imports)."""
     parser = argparse.ArgumentParser(prog="specd", description="Exact speculative decoding for code completion.")
     sub = parser.add_subparsers(dest="command", required=True)
-    for command in (complete, serve, lsp, models, bench):
-        command.register(sub)
+    for name in COMMANDS:
+        if only is None or name == only:
+            importlib.import_module(f"specd.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

@@ -1,15 +1,18 @@
 """Small clients for the daemon's socket: a blocking one (``specd complete --socket``, tests) and
-an asyncio one (the load bench)."""
+an asyncio one (the LSP server, the load bench). asyncio is imported by the asyncio client only:
+``specd complete --socket`` starts without it."""
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 from collections import Counter
 import json
 import socket
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import asyncio
 
 MAX_RESPONSE_BYTES = 64 << 20
 
@@ -94,10 +97,14 @@ class AsyncClient:
         self._pending: dict[int, asyncio.Future] = {}
         self._deltas: dict[int, Callable[[str], None]] = {}
         self.answers: Counter = Counter()  # terminal messages received per id (exactly one is right)
+        import asyncio
+
         self._reading = asyncio.ensure_future(self._read())
 
     @classmethod
     async def connect(cls, path: str | Path) -> "AsyncClient":
+        import asyncio
+
         reader, writer = await asyncio.open_unix_connection(str(path), limit=MAX_RESPONSE_BYTES)
         return cls(reader, writer)
 
@@ -130,6 +137,8 @@ class AsyncClient:
     def start(self, method: str, params: dict[str, Any] | None = None,
               on_delta: Callable[[str], None] | None = None) -> tuple[int, asyncio.Future]:
         """Send a request; returns its id and a future of the whole response message."""
+        import asyncio
+
         rid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._pending[rid] = fut
