@@ -327,3 +327,13 @@ def test_bench_session_uses_the_binaries_when_present(cache, tmp_path, monkeypat
         assert runner.run(_task(), [1] * 50, 4, rep=0, order=0).new_tokens == 2
     finally:
         runner.close()
+
+
+def test_an_amx_cpu_gets_every_instruction_set_but_amx() -> None:
+    """ggml's AMX matmul segfaults at model load on an AMX VM: the build names the ISA instead of
+    -march=native there, and keeps the native build elsewhere."""
+    assert llamacpp_build.isa_flags({"avx", "avx2", "fma"}) == ["-DGGML_NATIVE=ON"]
+    flags = llamacpp_build.isa_flags({"avx", "avx2", "fma", "f16c", "avx512f", "avx512_vnni", "amx_tile", "amx_int8"})
+    assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX512=ON" in flags and "-DGGML_AVX512_VNNI=ON" in flags
+    assert "-DGGML_AVX512_BF16=OFF" in flags and "-DGGML_AVX_VNNI=OFF" in flags
+    assert {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"} <= set(flags)

@@ -1,7 +1,8 @@
 """Builds the bench's llama.cpp anchor once: ``python -m specd.bench.llamacpp_build``.
 
 Downloads llama-cpp-python's sdist with pip (its ``vendor/llama.cpp`` tree is llama.cpp's source),
-compiles ``llama-server``, ``llama-bench`` and ``llama-cli`` with cmake (Release, ``-DGGML_NATIVE=ON``, static, no
+compiles ``llama-server``, ``llama-bench`` and ``llama-cli`` with cmake (Release, ``-DGGML_NATIVE=ON`` but without
+AMX (see :func:`isa_flags`), static, no
 curl/OpenSSL/web UI download), and copies them into ``<cache root>/anchors/llama.cpp-<version>-<cpu
 flags hash>/bin/`` with a ``build.json``. Idempotent: when the binaries are there it says so and
 exits. ~12 min on 2 cores; run it niced (``nice -n 10 python -m specd.bench.llamacpp_build``).
@@ -28,7 +29,6 @@ from specd.bench.llamacpp_bin import (BINARIES, SDIST_VERSION, anchor_dir, ancho
 
 CMAKE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
-    "-DGGML_NATIVE=ON",
     "-DLLAMA_CURL=OFF",            # deprecated (a warning) in this tree; kept for older trees
     "-DLLAMA_OPENSSL=OFF",         # no HTTPS: the anchor serves and loads local files only
     "-DBUILD_SHARED_LIBS=OFF",     # standalone binaries
@@ -75,6 +75,36 @@ def unpack_llama_cpp(sdist: Path, dest: Path) -> Path:
     if src is None or not (src / "CMakeLists.txt").is_file():
         raise FileNotFoundError(f"no vendor/llama.cpp/CMakeLists.txt in {sdist.name}")
     return src
+
+
+# x86 instruction sets ggml builds for, by the /proc/cpuinfo flag that says the CPU has them
+_GGML_ISA = (("avx", "GGML_AVX"), ("avx2", "GGML_AVX2"), ("fma", "GGML_FMA"), ("f16c", "GGML_F16C"),
+             ("bmi2", "GGML_BMI2"), ("avx_vnni", "GGML_AVX_VNNI"), ("avx512f", "GGML_AVX512"),
+             ("avx512vbmi", "GGML_AVX512_VBMI"), ("avx512_vnni", "GGML_AVX512_VNNI"),
+             ("avx512_bf16", "GGML_AVX512_BF16"))
+
+
+def isa_flags(cpu_flags: set[str]) -> list[str]:
+    """``-DGGML_NATIVE=ON``, except on a CPU with AMX: there the build names every instruction set
+    the CPU has but AMX, because ggml's AMX matmul segfaults while loading a model on such a machine
+    (seen 2026-12-01 on an Intel Xeon VM: ``ggml_backend_amx_mul_mat``, llama.cpp of
+    llama-cpp-python 0.3.36); ``-march=native`` would turn it on whatever the AMX options say."""
+    if "amx_tile" not in cpu_flags:
+        return ["-DGGML_NATIVE=ON"]
+    flags = ["-DGGML_NATIVE=OFF"]
+    flags += [f"-D{opt}={'ON' if flag in cpu_flags else 'OFF'}" for flag, opt in _GGML_ISA]
+    flags += ["-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"]
+    return flags
+
+
+def cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
 
 
 def supported_flags(src: Path, flags: tuple[str, ...]) -> list[str]:
@@ -146,7 +176,7 @@ def _build(version: str, jobs: int, with_cli: bool, sdist: Path | None, tmp: Pat
     log(f"sdist {sdist.name} sha256 {digest}")
     src = unpack_llama_cpp(sdist, tmp / "src")
     build_dir = tmp / "build"
-    flags = supported_flags(src, CMAKE_FLAGS)
+    flags = supported_flags(src, CMAKE_FLAGS) + isa_flags(cpu_flags())
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     configure = ["cmake", "-S", str(src), "-B", str(build_dir), *generator, *flags]
     log(" ".join(configure))
