@@ -11,8 +11,9 @@ bit whatever the other rows in the call (batch-invariant, see the C file).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -57,6 +58,37 @@ def unsupported(qtype: int, k: int) -> str | None:
     if k % elements:
         return f"its {k} input channels are not a whole number of {type_name(qtype)} blocks of {elements}"
     return None
+
+
+# the kernels' SIMD levels (ggml_blocks.c gg_simd): every level computes the same bits
+SIMD_LEVELS: dict[int, str] = {0: "scalar", 2: "avx2", 3: "avx512"}
+
+
+def simd_levels() -> list[int]:
+    """The SIMD levels the kernels can run on this CPU, lowest first (0 the scalar reference,
+    2 AVX2, 3 AVX-512 VNNI; the environment variable SPECD_GG_SIMD=scalar|avx2 caps them)."""
+    kernel = q8.kernel()
+    with kernel.lock:
+        now = kernel.lib.gg_simd()
+        best = kernel.lib.gg_set_simd(-1)
+        kernel.lib.gg_set_simd(now)
+    return [level for level in SIMD_LEVELS if level <= best]
+
+
+@contextmanager
+def simd_level(level: int) -> Iterator[int]:
+    """Run the kernels at ``level`` (or the best level below it the CPU has) inside the block,
+    yielding the level they run; the previous level afterwards. For tests and benchmarks that
+    compare the paths in one process: it changes the level for every caller of the library."""
+    kernel = q8.kernel()
+    with kernel.lock:
+        before = kernel.lib.gg_simd()
+        got = kernel.lib.gg_set_simd(level)
+    try:
+        yield got
+    finally:
+        with kernel.lock:
+            kernel.lib.gg_set_simd(before)
 
 
 @dataclass(frozen=True)

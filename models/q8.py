@@ -31,7 +31,7 @@ QK = 32
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 3
+ABI_VERSION = 4
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
@@ -45,6 +45,7 @@ _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "gg_row_bytes": ([_I32, _I64], _I64),
     "gg_act_bytes": ([_I32, _I64], _I64),
     "gg_simd": ([], _I32),
+    "gg_set_simd": ([_I32], _I32),
     "gg_dequantize": ([_I32, _P, _I64, _I64, _P], _I32),
     "gg_quantize": ([_I32, _P, _I64, _I64, _P], _I32),
     "gg_quantize_ref": ([_I32, _P, _I64, _I64, _P], _I32),

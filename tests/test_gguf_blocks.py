@@ -25,6 +25,8 @@ from specd.models.gguf_linear import (
     dequantize,
     dequantize_activations,
     quantize_activations,
+    simd_level,
+    simd_levels,
 )
 
 pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
@@ -128,16 +130,85 @@ def test_simd_equals_scalar_reference_bit_for_bit(qtype: T) -> None:
 
 @pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
 def test_batch_invariance(qtype: T) -> None:
-    """A row's result is the same bit for bit whether it runs alone or among n rows (n = 1..9, 64:
-    every row-tile size and position, and more rows than one row block)."""
+    """A row's result is the same bit for bit whether it runs alone or among n rows (n = 1..20,
+    64, 150: every row-tile size and position, more rows than one row block), at every SIMD level,
+    and the same at every level."""
     k = WIDTHS[qtype][1]
     lin = layer(qtype, 300, k, seed=9)  # enough output columns for the threads to split them
-    x = torch.randn(64, k, generator=torch.Generator().manual_seed(9))
-    alone = torch.cat([lin(x[i : i + 1]) for i in range(64)])  # [64, 300]
-    for n in [*range(1, 10), 64]:
-        assert np.array_equal(bits(lin(x[:n])), bits(alone[:n])), f"{qtype.name} n={n}"
-    # the middle rows of a call, too (tiles start elsewhere)
-    assert np.array_equal(bits(lin(x[3:10])), bits(alone[3:10]))
+    x = torch.randn(150, k, generator=torch.Generator().manual_seed(9))
+    with simd_level(LEVELS[-1]):
+        alone = torch.cat([lin(x[i : i + 1]) for i in range(150)])  # [150, 300]
+    for level in LEVELS:
+        with simd_level(level):
+            for n in [*range(1, 21), 64, 150]:
+                if level == 0 and n > 20:
+                    continue  # (the scalar path is slow; it is the reference the others equal)
+                assert np.array_equal(bits(lin(x[:n])), bits(alone[:n])), f"{qtype.name} level={level} n={n}"
+            # the middle rows of a call, too (tiles start elsewhere)
+            assert np.array_equal(bits(lin(x[3:10])), bits(alone[3:10]))
+
+
+LEVELS = simd_levels()  # this CPU's: 0 (scalar reference), 2 (AVX2), 3 (AVX-512 VNNI) where present
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda v: {0: "scalar", 2: "avx2", 3: "avx512"}[v])
+@pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
+def test_every_level_equals_the_reference_for_1_to_20_rows(qtype: T, level: int) -> None:
+    """Each SIMD path (the scalar reference run by gg_gemm, AVX2's 4-row tiles, AVX-512's tiles of
+    up to 8 rows) gives every row the reference's bits, for every row count 1..20 (every tile size
+    and split) and odd numbers of output columns, with and without threads splitting them."""
+    for k in WIDTHS[qtype][:2]:
+        for cols in (13, 301):
+            lin = layer(qtype, cols, k, seed=k + cols)
+            x = torch.randn(20, k, generator=torch.Generator().manual_seed(cols))
+            x[:, 3] *= 40  # one large channel, as Qwen's activations have
+            ref = lin.reference(x)  # [20, cols], gg_gemm_ref one output at a time
+            with simd_level(level) as got:
+                assert got == level
+                for n in range(1, 21):
+                    assert np.array_equal(bits(lin(x[:n])), bits(ref[:n])), f"{qtype.name} k={k} N={cols} n={n}"
+                assert np.array_equal(bits(lin(x[7:20])), bits(ref[7:20]))  # a call's rows start anywhere
+
+
+def test_level_requests_fall_back_to_what_the_cpu_has() -> None:
+    """Asking for a level the CPU lacks runs the best one below it; the scalar request always runs
+    the reference; the previous level comes back after the block."""
+    before = q8.kernel().lib.gg_simd()
+    with simd_level(99) as best:
+        assert best == LEVELS[-1]
+    with simd_level(1) as low:
+        assert low == 0
+    with simd_level(2) as mid:
+        assert mid == (2 if 2 in LEVELS else 0)
+    assert q8.kernel().lib.gg_simd() == before
+
+
+@pytest.mark.parametrize("cap", ["scalar", "avx2"])
+def test_environment_caps_the_level_with_the_same_bits(cap: str, tmp_path: Path) -> None:
+    """SPECD_GG_SIMD=scalar|avx2 makes a fresh process run that path (gg_simd says which) and its
+    outputs are the bits this process's best path computes."""
+    import os
+    import subprocess
+    import sys
+
+    lin = GgufLinear([GgufPart("a", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 33, 768, 1))),
+                      GgufPart("b", int(T.Q6_K), torch.from_numpy(random_blocks(T.Q6_K, 17, 768, 2))),
+                      GgufPart("c", int(T.Q5_0), torch.from_numpy(random_blocks(T.Q5_0, 9, 768, 3)))], 768)
+    x = torch.randn(6, 768, generator=torch.Generator().manual_seed(4))
+    torch.save({"parts": [(p.name, p.qtype, p.raw) for p in lin.parts], "x": x}, tmp_path / "case.pt")
+    script = (
+        "import sys, torch\n"
+        "from specd.models import q8\n"
+        "from specd.models.gguf_linear import GgufLinear, GgufPart\n"
+        "case = torch.load(sys.argv[1])\n"
+        "lin = GgufLinear([GgufPart(*p) for p in case['parts']], 768)\n"
+        "torch.save({'level': q8.kernel().lib.gg_simd(), 'y': lin(case['x'])}, sys.argv[2])\n")
+    env = {**os.environ, "SPECD_GG_SIMD": cap}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path / "case.pt"), str(tmp_path / "out.pt")],
+                   env=env, check=True, timeout=120)
+    out = torch.load(tmp_path / "out.pt")
+    assert out["level"] == {"scalar": 0, "avx2": min(2, LEVELS[-1])}[cap]
+    assert np.array_equal(bits(out["y"]), bits(lin(x)))
 
 
 def test_thread_count_changes_nothing() -> None:

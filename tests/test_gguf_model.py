@@ -22,7 +22,15 @@ from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name
-from specd.models.gguf_linear import GgufEmbedding, GgufLinear, dequantize_activations, quantize_activations
+from specd.models.gguf_linear import (
+    SIMD_LEVELS,
+    GgufEmbedding,
+    GgufLinear,
+    dequantize_activations,
+    quantize_activations,
+    simd_level,
+    simd_levels,
+)
 from specd.models.loader import _converted_path, load_model
 from tests.tiny import TINY_VOCAB, tiny_tokenizer
 
@@ -197,28 +205,35 @@ def test_logits_match_references(cache: Path) -> None:
     assert float((b.argmax(-1) == dense.argmax(-1)).float().mean()) >= 0.75
 
 
+@pytest.mark.parametrize("level", simd_levels(), ids=lambda v: SIMD_LEVELS[v])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "loop"])
-def test_rows_do_not_depend_on_the_batch(cache: Path, fused: bool) -> None:
-    """A row verified among others is bit for bit the row decoded alone, in the fused C layers
-    and in the Python loop, and the KV cache rows too (the exactness contract)."""
+def test_rows_do_not_depend_on_the_batch(cache: Path, fused: bool, level: int) -> None:
+    """A row verified among others (5 or 12 rows: one tile, or several) is bit for bit the row
+    decoded alone, in the fused C layers and in the Python loop, at every SIMD level the CPU has,
+    and the KV cache rows too (the exactness contract)."""
     path = _with_tokenizer(write_tiny_gguf(cache / "tiny.gguf", seed=2))
     dec = load_model(str(path), quant="gguf", max_len=64).model
     if not fused:
         dec.fused = None
-    tokens = torch.randint(0, TINY_VOCAB, (25,), generator=torch.Generator().manual_seed(3))
-    dec.forward(tokens[:20])
-    batched = dec.forward(tokens[20:25])  # [5, V]
-    k_batched = dec.cache.k[:, :, 20:25].clone()
-    dec.rollback(20)
-    alone = torch.cat([dec.forward(tokens[i : i + 1]) for i in range(20, 25)])
-    assert torch.equal(batched, alone)
-    assert torch.equal(dec.cache.k[:, :, 20:25], k_batched)
+    tokens = torch.randint(0, TINY_VOCAB, (32,), generator=torch.Generator().manual_seed(3))
+    with simd_level(level):
+        dec.forward(tokens[:20])
+        for rows in (5, 12):
+            batched = dec.forward(tokens[20 : 20 + rows])  # [rows, V]
+            k_batched = dec.cache.k[:, :, 20 : 20 + rows].clone()
+            dec.rollback(20)
+            alone = torch.cat([dec.forward(tokens[i : i + 1]) for i in range(20, 20 + rows)])
+            assert torch.equal(batched, alone), rows
+            assert torch.equal(dec.cache.k[:, :, 20 : 20 + rows], k_batched), rows
+            dec.rollback(20)
 
 
+@pytest.mark.parametrize("level", simd_levels(), ids=lambda v: SIMD_LEVELS[v])
 @pytest.mark.parametrize("fused", [True, False], ids=["fused", "loop"])
-def test_greedy_speculative_equals_greedy_target_only(cache: Path, fused: bool) -> None:
+def test_greedy_speculative_equals_greedy_target_only(cache: Path, fused: bool, level: int) -> None:
     """The exactness contract over GGUF-native weights: a GGUF target and a GGUF draft (another
-    random model), greedy speculative == greedy target-only for several K."""
+    random model), greedy speculative == greedy target-only for several K (verification tiles of
+    2..7 rows), at every SIMD level the CPU has."""
     target = load_model(str(_with_tokenizer(write_tiny_gguf(cache / "t.gguf", seed=0))), quant="gguf",
                         max_len=256).model
     if not fused:
@@ -226,10 +241,11 @@ def test_greedy_speculative_equals_greedy_target_only(cache: Path, fused: bool) 
     draft = load_model(str(_with_tokenizer(write_tiny_gguf(cache / "d.gguf", seed=1))), quant="gguf",
                        max_len=256).model
     prompt = [5, 80, 13, 200, 7]
-    plain, _ = generate(target, prompt, Decoding(40))
-    for k in (1, 3, 6):
-        out, stats = generate(target, prompt, Decoding(40), ModelDrafter(draft), k=k)
-        assert out == plain and stats.drafted > 0
+    with simd_level(level):
+        plain, _ = generate(target, prompt, Decoding(40))
+        for k in (1, 3, 6):
+            out, stats = generate(target, prompt, Decoding(40), ModelDrafter(draft), k=k)
+            assert out == plain and stats.drafted > 0
 
 
 def test_sub_vocabulary_head_copies_only_its_rows(cache: Path) -> None:

@@ -31,6 +31,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
@@ -75,8 +76,53 @@ int64_t gg_act_bytes(int type, int64_t k) {
     return is_k_quant(type) ? k / QK_K * (int64_t)sizeof(block_q8_K) : k / QK32 * 8 + k;
 }
 
-/* which dot products this build runs: 2 = AVX2 (+FMA, F16C), 0 = the scalar reference */
-int gg_simd(void) { return GG_AVX2 ? 2 : 0; }
+/* ---------------------------------------------------------------------------------------- */
+/* SIMD levels (runtime dispatch)                                                              */
+
+/* The dot products a call runs: GG_LEVEL_SCALAR (the reference), GG_LEVEL_AVX2 (AVX2 + FMA +
+ * F16C; the file's baseline on x86-64), GG_LEVEL_AVX512 (AVX-512 F/BW/VL/DQ + VNNI: 512-bit
+ * K-quant tiles of up to 8 rows and vpdpbusd for the 32-element formats). Every level computes
+ * the same bits (the header's float order; integer sums are exact whatever the SIMD split). */
+enum { GG_LEVEL_SCALAR = 0, GG_LEVEL_AVX2 = 2, GG_LEVEL_AVX512 = 3 };
+
+/* the best level this build and this CPU run, capped by the environment variable SPECD_GG_SIMD
+ * (scalar | avx2 | avx512: a debugging and testing override; unset or unknown: no cap) */
+static int best_level(void) {
+    int level = GG_LEVEL_SCALAR;
+#if GG_AVX2
+    level = GG_LEVEL_AVX2; /* the build's baseline (compiled with -mavx2 -mfma -mf16c) */
+#if defined(__GNUC__) && defined(__x86_64__)
+    __builtin_cpu_init(); /* cpuid, and the OS's saved register state (XCR0) for AVX-512 */
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+        __builtin_cpu_supports("avx512vnni"))
+        level = GG_LEVEL_AVX512;
+#endif
+#endif
+    const char *cap = getenv("SPECD_GG_SIMD");
+    if (cap && !strcmp(cap, "scalar")) level = GG_LEVEL_SCALAR;
+    else if (cap && !strcmp(cap, "avx2") && level > GG_LEVEL_AVX2) level = GG_LEVEL_AVX2;
+    return level;
+}
+
+/* the level calls run now: the best one until gg_set_simd lowers it (-1: not chosen yet) */
+static int simd_level = -1;
+
+/* which dot products gg_gemm runs: 0 = the scalar reference, 2 = AVX2, 3 = AVX-512 VNNI */
+int gg_simd(void) {
+    if (simd_level < 0) simd_level = best_level();
+    return simd_level;
+}
+
+/* run `level` from now on, or the best level below it the CPU has (any level below 2: the
+ * scalar reference; a negative one: the best); returns the level now run. For tests and
+ * benchmarks comparing the paths in one process; not meant to change under running calls. */
+int gg_set_simd(int level) {
+    const int best = best_level();
+    simd_level = level < 0 || level > best ? best : level < GG_LEVEL_AVX2 ? GG_LEVEL_SCALAR
+               : level < GG_LEVEL_AVX512 ? GG_LEVEL_AVX2 : GG_LEVEL_AVX512;
+    return simd_level;
+}
 
 /* ---------------------------------------------------------------------------------------- */
 /* scalars                                                                                     */
@@ -657,6 +703,225 @@ static inline __attribute__((always_inline)) void tile(int type, const int R, co
     default: tile_q6_K(R, (const block_q6_K *)w, k / QK_K, xr, out); break;
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* AVX-512 (F, BW, VL, DQ, VNNI): compiled for that target function by function, run only when  */
+/* the CPU has it (gg_simd). Tiles of up to 8 activation rows share each decoded weight block;   */
+/* the K-quants' float steps run for the 8 rows at once, row j in float lane j, each lane the    */
+/* reference's scalar fused multiply-adds in the reference's order (lanes never mix).            */
+
+#define GG_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define ROW_TILE512 8
+
+/* the low and high 256-bit halves of 16 int32 lanes added (exact) */
+GG_T512 static inline __m256i fold512(__m512i v) {
+    return _mm256_add_epi32(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+}
+
+/* the eight rows' lane vectors -> their totals, row j in lane j (rows >= R are zero) */
+GG_T512 static inline __attribute__((always_inline)) __m256i rows8(const int R, const __m256i *v) {
+    __m256i p[8];
+    for (int j = 0; j < 8; j++) p[j] = j < R ? v[j] : _mm256_setzero_si256();
+    return reduce8(p);
+}
+
+/* Q4_K, R rows (R <= 8) of Q8_K activations; xd[8 i + j] = row j's scale of super-block i.
+ * Per 64 elements the codes [sub-block 2c | 2c+1] fill one 512-bit vector; per row one
+ * vpmaddubsw (exact: codes < 16) and one vpdpwssd with the two sub-blocks' scales. */
+GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int R, const block_q4_K *w, int64_t nsb,
+                                                                       const uint8_t *const *xr, const float *xd,
+                                                                       float *out) {
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    /* bytes 8..15 of the unpacked scales (the mins), each twice: int16 lanes m0 m0 m1 m1 .. m7 m7 */
+    const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    __m256 acc = _mm256_setzero_ps();
+    float acc1 = 0.0f;
+    for (int64_t i = 0; i < nsb; i++) {
+        const block_q4_K *b = w + i;
+        prefetch_span(b, sizeof(block_q4_K));
+        uint32_t u[4];
+        memcpy(u, b->scales, 12);
+        u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+        const uint32_t aux = u[1] & km1;
+        u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+        u[2] = aux;
+        u[0] &= km1;
+        const __m128i sm8 = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]); /* scales 0..7, mins 0..7 */
+        const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(sm8));            /* int16 scales 0..7 */
+        const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm8, dup_mins));
+        __m512i sumi[ROW_TILE512];
+        for (int j = 0; j < R; j++) sumi[j] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+            const __m512i codes = _mm512_and_si512(
+                _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1), m4);
+            const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1);
+            const __m512i sc = _mm512_permutexvar_epi16(idx, sc16);
+            for (int j = 0; j < R; j++) {
+                const __m512i x = _mm512_loadu_si512((const void *)(((const block_q8_K *)xr[j])[i].qs + 64 * c));
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_maddubs_epi16(codes, x), sc);
+            }
+        }
+        const float dw = f16_at(&b->d), mw = f16_at(&b->dmin);
+        __m256i is[ROW_TILE512], ms[ROW_TILE512];
+        for (int j = 0; j < R; j++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const block_q8_K *)xr[j])[i].bsums);
+            is[j] = fold512(sumi[j]);
+            ms[j] = _mm256_madd_epi16(mins, bs);
+        }
+        if (R == 1) {
+            const float xd0 = xd[8 * i];
+            acc1 = fmaf((float)hsum_i32(is[0]), dw * xd0, acc1);
+            acc1 = fmaf((float)-hsum_i32(ms[0]), mw * xd0, acc1);
+        } else {
+            const __m256 x8 = _mm256_loadu_ps(xd + 8 * i);
+            const __m256i isum = rows8(R, is), msum = rows8(R, ms);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(dw), x8), acc);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), msum)),
+                                  _mm256_mul_ps(_mm256_set1_ps(mw), x8), acc);
+        }
+    }
+    if (R == 1) {
+        out[0] = acc1;
+    } else {
+        float lane[8];
+        _mm256_storeu_ps(lane, acc);
+        for (int j = 0; j < R; j++) out[j] = lane[j];
+    }
+}
+
+/* Q6_K, R rows (R <= 8) of Q8_K activations (xd as tile512_q4_K). Per 128 elements the 6-bit
+ * codes of [elements 0..63 | 64..127] fill two 512-bit vectors (llama.cpp's bit layout, unsigned
+ * 0..63); per row one vpmaddubsw and one vpdpwssd with the four 16-element sub-blocks' scales
+ * each; the -32 offset through the row's 16-element sums, once per super-block. */
+GG_T512 static inline __attribute__((always_inline)) void tile512_q6_K(const int R, const block_q6_K *w, int64_t nsb,
+                                                                       const uint8_t *const *xr, const float *xd,
+                                                                       float *out) {
+    const __m512i m15 = _mm512_set1_epi8(15);
+    /* per 256-bit half: the high bits' masks and shifts into bits 4..5 of each code */
+    const __m512i mlo = _mm512_inserti64x4(_mm512_set1_epi8(3), _mm256_set1_epi8(12), 1);
+    const __m512i mhi = _mm512_inserti64x4(_mm512_set1_epi8(48), _mm256_set1_epi8((char)0xC0), 1);
+    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    __m256 acc = _mm256_setzero_ps();
+    float acc1 = 0.0f;
+    for (int64_t i = 0; i < nsb; i++) {
+        const block_q6_K *b = w + i;
+        prefetch_span(b, sizeof(block_q6_K));
+        const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+        const __m512i sc512 = _mm512_zextsi256_si512(sc16);
+        __m512i sumi[ROW_TILE512];
+        for (int j = 0; j < R; j++) sumi[j] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++) {
+            const __m512i B = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+            const __m512i BH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+            __m512i q[2], sc[2];
+            q[0] = _mm512_or_si512(_mm512_and_si512(B, m15), _mm512_sllv_epi16(_mm512_and_si512(BH, mlo), shl));
+            q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m15),
+                                   _mm512_srlv_epi16(_mm512_and_si512(BH, mhi), shr));
+            for (int t = 0; t < 2; t++) { /* sub-blocks 8h + 4t .. 8h + 4t + 3, 8 int16 lanes each */
+                const int s0 = 8 * h + 4 * t;
+                const __m512i idx = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm256_setr_m128i(_mm_set1_epi16((short)s0), _mm_set1_epi16((short)(s0 + 1)))),
+                    _mm256_setr_m128i(_mm_set1_epi16((short)(s0 + 2)), _mm_set1_epi16((short)(s0 + 3))), 1);
+                sc[t] = _mm512_permutexvar_epi16(idx, sc512);
+            }
+            for (int j = 0; j < R; j++) {
+                const int8_t *x = ((const block_q8_K *)xr[j])[i].qs + 128 * h;
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_maddubs_epi16(q[0], _mm512_loadu_si512((const void *)x)), sc[0]);
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_maddubs_epi16(q[1], _mm512_loadu_si512((const void *)(x + 64))), sc[1]);
+            }
+        }
+        const float dw = f16_at(&b->d);
+        __m256i is[ROW_TILE512];
+        for (int j = 0; j < R; j++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const block_q8_K *)xr[j])[i].bsums);
+            is[j] = _mm256_sub_epi32(fold512(sumi[j]), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
+        }
+        if (R == 1) {
+            acc1 = fmaf((float)hsum_i32(is[0]), dw * xd[8 * i], acc1);
+        } else {
+            const __m256 x8 = _mm256_loadu_ps(xd + 8 * i);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows8(R, is)), _mm256_mul_ps(_mm256_set1_ps(dw), x8), acc);
+        }
+    }
+    if (R == 1) {
+        out[0] = acc1;
+    } else {
+        float lane[8];
+        _mm256_storeu_ps(lane, acc);
+        for (int j = 0; j < R; j++) out[j] = lane[j];
+    }
+}
+
+/* The 32-element formats with vpdpbusd (256-bit, AVX512-VL VNNI): tile_b32's blocks, lanes and
+ * float steps for up to 8 rows, each block's 32-code dot one instruction instead of two (the
+ * same exact int32 totals: vpmaddubsw's pairs never saturate here, |w| <= 128, |x| <= 127). */
+GG_T512 static inline __attribute__((always_inline)) void tile512_b32(const int type, const int R, const uint8_t *w,
+                                                                      int64_t nb, const uint8_t *const *xr, float *out) {
+    const int64_t bsz = type == GG_Q8_0 ? sizeof(block_q8_0) : type == GG_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q4_0);
+    const int shift = type == GG_Q8_0 ? 0 : type == GG_Q5_0 ? 4 : 3;
+    __m256 acc[ROW_TILE512];
+    for (int j = 0; j < R; j++) acc[j] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+        prefetch_span(w + b * bsz, 8 * (int)bsz);
+        __m256i c[8];
+        uint16_t dh[8];
+        for (int t = 0; t < 8; t++) {
+            const uint8_t *blk = w + (b + t) * bsz;
+            memcpy(&dh[t], blk, 2);
+            c[t] = type == GG_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2))
+                 : type == GG_Q5_0 ? codes_q5_0((const block_q5_0 *)blk) : codes_q4_0((const block_q4_0 *)blk);
+        }
+        __m256i cabs[8];
+        if (type == GG_Q8_0)
+            for (int t = 0; t < 8; t++) cabs[t] = _mm256_sign_epi8(c[t], c[t]);
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dh));
+        for (int j = 0; j < R; j++) {
+            const int8_t *xq = A32_Q(xr[j], nb) + b * QK32;
+            __m256i p[8];
+            for (int t = 0; t < 8; t++) {
+                const __m256i xv = _mm256_loadu_si256((const __m256i *)(xq + 32 * t));
+                p[t] = type == GG_Q8_0 ? _mm256_dpbusd_epi32(_mm256_setzero_si256(), cabs[t], _mm256_sign_epi8(xv, c[t]))
+                                       : _mm256_dpbusd_epi32(_mm256_setzero_si256(), c[t], xv);
+            }
+            __m256i tot = reduce8(p);
+            if (shift)
+                tot = _mm256_sub_epi32(tot, _mm256_slli_epi32(_mm256_loadu_si256((const __m256i *)(A32_S(xr[j], nb) + b)), shift));
+            const __m256 s = _mm256_mul_ps(dw, _mm256_loadu_ps(A32_D(xr[j], nb) + b));
+            acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), s, acc[j]);
+        }
+    }
+    float lane[ROW_TILE512][8];
+    for (int j = 0; j < R; j++) _mm256_storeu_ps(lane[j], acc[j]);
+    for (; b < nb; b++) { /* the last nb % 8 blocks, one at a time, each into its lane */
+        const uint8_t *blk = w + b * bsz;
+        const float dwb = f16_at(blk);
+        const __m256i c = type == GG_Q8_0 ? _mm256_loadu_si256((const __m256i *)(blk + 2))
+                        : type == GG_Q5_0 ? codes_q5_0((const block_q5_0 *)blk) : codes_q4_0((const block_q4_0 *)blk);
+        for (int j = 0; j < R; j++) {
+            const int8_t *xq = A32_Q(xr[j], nb) + b * QK32;
+            int32_t isum = hsum_i32(type == GG_Q8_0 ? dot_s8(c, xq) : dot_u8(c, xq));
+            if (shift) isum -= A32_S(xr[j], nb)[b] << shift;
+            lane[j][b % 8] = fmaf((float)isum, dwb * A32_D(xr[j], nb)[b], lane[j][b % 8]);
+        }
+    }
+    for (int j = 0; j < R; j++) out[j] = hsum8_ref(lane[j]);
+}
+
+/* one weight row against R activation rows (R <= 8) at AVX-512 */
+GG_T512 static inline __attribute__((always_inline)) void tile512(int type, const int R, const uint8_t *w, int64_t k,
+                                                                  const uint8_t *const *xr, const float *xd, float *out) {
+    switch (type) {
+    case GG_Q4_0: tile512_b32(GG_Q4_0, R, w, k / QK32, xr, out); break;
+    case GG_Q5_0: tile512_b32(GG_Q5_0, R, w, k / QK32, xr, out); break;
+    case GG_Q8_0: tile512_b32(GG_Q8_0, R, w, k / QK32, xr, out); break;
+    case GG_Q4_K: tile512_q4_K(R, (const block_q4_K *)w, k / QK_K, xr, xd, out); break;
+    default: tile512_q6_K(R, (const block_q6_K *)w, k / QK_K, xr, xd, out); break;
+    }
+}
 #endif /* GG_AVX2 */
 
 /* ---------------------------------------------------------------------------------------- */
@@ -666,10 +931,11 @@ static inline __attribute__((always_inline)) void tile(int type, const int R, co
 #define OCHUNK 8     /* weight rows kept in L1 while the row tiles pass over them */
 #define ROW_BLOCK 64 /* activation rows kept in L2 while the weights stream past */
 
-/* output columns o0..o1-1 of all n rows */
+/* output columns o0..o1-1 of all n rows, AVX2 tiles (4 rows) or the scalar reference */
 static void gemm_part(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
-                      int64_t ldy, int64_t o0, int64_t o1) {
+                      int64_t ldy, int64_t o0, int64_t o1, int level) {
     const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k);
+    (void)level; /* (always the reference without AVX2 at compile time) */
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
         const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n;
         for (int64_t c0 = o0; c0 < o1; c0 += OCHUNK) {
@@ -682,21 +948,65 @@ static void gemm_part(int type, const uint8_t *w, int64_t k, const uint8_t *act,
                     float out[ROW_TILE];
                     const uint8_t *wr = w + o * wrb;
 #if GG_AVX2
-                    switch (R) {
-                    case 4: tile(type, 4, wr, k, xr, out); break;
-                    case 3: tile(type, 3, wr, k, xr, out); break;
-                    case 2: tile(type, 2, wr, k, xr, out); break;
-                    default: tile(type, 1, wr, k, xr, out); break;
-                    }
-#else
-                    for (int j = 0; j < R; j++) out[j] = dot_ref(type, wr, xr[j], k);
+                    if (level >= GG_LEVEL_AVX2) {
+                        switch (R) {
+                        case 4: tile(type, 4, wr, k, xr, out); break;
+                        case 3: tile(type, 3, wr, k, xr, out); break;
+                        case 2: tile(type, 2, wr, k, xr, out); break;
+                        default: tile(type, 1, wr, k, xr, out); break;
+                        }
+                    } else
 #endif
+                        for (int j = 0; j < R; j++) out[j] = dot_ref(type, wr, xr[j], k);
                     for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = out[j];
                 }
             }
         }
     }
 }
+
+#if GG_AVX2
+/* the row counts of the tiles over n rows at most `max` each, as even as possible (9 rows: 5 + 4,
+ * never 8 + 1): tile t of T starts at row n * t / T */
+static inline int64_t tile_start(int64_t n, int64_t tiles, int64_t t) { return n * t / tiles; }
+
+/* gemm_part at AVX-512: tiles of up to 8 rows */
+GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
+                                 int64_t ldy, int64_t o0, int64_t o1) {
+    const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k), nsb = k / QK_K;
+    float xd[nsb > 0 ? 8 * nsb : 8]; /* K-quants: the tile's activation scales, row j of super-block i at 8 i + j */
+    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
+        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, tiles = (b1 - b0 + ROW_TILE512 - 1) / ROW_TILE512;
+        for (int64_t c0 = o0; c0 < o1; c0 += OCHUNK) {
+            const int64_t c1 = c0 + OCHUNK < o1 ? c0 + OCHUNK : o1;
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t r0 = b0 + tile_start(b1 - b0, tiles, t);
+                const int R = (int)(b0 + tile_start(b1 - b0, tiles, t + 1) - r0);
+                const uint8_t *xr[ROW_TILE512];
+                for (int j = 0; j < R; j++) xr[j] = act + (r0 + j) * arb;
+                if (is_k_quant(type))
+                    for (int64_t i = 0; i < nsb; i++)
+                        for (int j = 0; j < 8; j++) xd[8 * i + j] = j < R ? ((const block_q8_K *)xr[j])[i].d : 0.0f;
+                for (int64_t o = c0; o < c1; o++) {
+                    float out[ROW_TILE512];
+                    const uint8_t *wr = w + o * wrb;
+                    switch (R) {
+                    case 8: tile512(type, 8, wr, k, xr, xd, out); break;
+                    case 7: tile512(type, 7, wr, k, xr, xd, out); break;
+                    case 6: tile512(type, 6, wr, k, xr, xd, out); break;
+                    case 5: tile512(type, 5, wr, k, xr, xd, out); break;
+                    case 4: tile512(type, 4, wr, k, xr, xd, out); break;
+                    case 3: tile512(type, 3, wr, k, xr, xd, out); break;
+                    case 2: tile512(type, 2, wr, k, xr, xd, out); break;
+                    default: tile512(type, 1, wr, k, xr, xd, out); break;
+                    }
+                    for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = out[j];
+                }
+            }
+        }
+    }
+}
+#endif
 
 /* the first output column of part i of `parts` over total columns, aligned to `align` */
 static int64_t split(int64_t total, int parts, int i, int64_t align) {
@@ -709,14 +1019,18 @@ static int64_t split(int64_t total, int parts, int i, int64_t align) {
 int gg_quantize(int type, const float *x, int64_t n, int64_t k, uint8_t *act) {
     const int64_t arb = gg_act_bytes(type, k);
     if (arb < 0 || n < 0) return -1;
+    const int level = gg_simd();
+    (void)level;
     for (int64_t r = 0; r < n; r++) {
 #if GG_AVX2
-        if (is_k_quant(type)) quantize_q8_K(x + r * k, k, (block_q8_K *)(act + r * arb));
-        else quantize_a32(x + r * k, k, act + r * arb);
-#else
+        if (level >= GG_LEVEL_AVX2) {
+            if (is_k_quant(type)) quantize_q8_K(x + r * k, k, (block_q8_K *)(act + r * arb));
+            else quantize_a32(x + r * k, k, act + r * arb);
+            continue;
+        }
+#endif
         if (is_k_quant(type)) quantize_q8_K_ref(x + r * k, k, (block_q8_K *)(act + r * arb));
         else quantize_a32_ref(x + r * k, k, act + r * arb);
-#endif
     }
     return 0;
 }
@@ -740,12 +1054,17 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
             int64_t ldy) {
     if (gg_row_bytes(type, k) < 0 || N < 0 || n < 0 || ldy < N) return -1;
     /* small calls stay on one thread: waking the pool costs more than it saves */
-    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
+    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18), level = gg_simd();
     (void)parallel; /* (unused without OpenMP) */
 #pragma omp parallel if (parallel) num_threads(specd_team_size())
     {
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
-        gemm_part(type, w, k, act, n, y, ldy, split(N, t, tid, 16), split(N, t, tid + 1, 16));
+        const int64_t o0 = split(N, t, tid, 16), o1 = split(N, t, tid + 1, 16);
+#if GG_AVX2
+        if (level >= GG_LEVEL_AVX512) gemm_part512(type, w, k, act, n, y, ldy, o0, o1);
+        else
+#endif
+            gemm_part(type, w, k, act, n, y, ldy, o0, o1, level);
     }
     return 0;
 }

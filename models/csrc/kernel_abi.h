@@ -14,7 +14,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 3
+#define SPECD_KERNEL_ABI_VERSION 4
 
 #define SPECD_KERNEL_SIGNATURES                                                                \
     "q8_linear(p,i64,i64,p,i64,p,p,p)->void;"                                                  \
@@ -29,6 +29,7 @@
     "gg_row_bytes(i32,i64)->i64;"                                                              \
     "gg_act_bytes(i32,i64)->i64;"                                                              \
     "gg_simd()->i32;"                                                                          \
+    "gg_set_simd(i32)->i32;"                                                                   \
     "gg_dequantize(i32,p,i64,i64,p)->i32;"                                                     \
     "gg_quantize(i32,p,i64,i64,p)->i32;"                                                       \
     "gg_quantize_ref(i32,p,i64,i64,p)->i32;"                                                   \
@@ -67,6 +68,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
 int64_t gg_row_bytes(int type, int64_t k);
 int64_t gg_act_bytes(int type, int64_t k);
 int gg_simd(void);
+int gg_set_simd(int level);
 int gg_dequantize(int type, const uint8_t *w, int64_t rows, int64_t k, float *out);
 int gg_quantize(int type, const float *x, int64_t n, int64_t k, uint8_t *act);
 int gg_quantize_ref(int type, const float *x, int64_t n, int64_t k, uint8_t *act);
