@@ -8,7 +8,6 @@ document supersedes the older one in the daemon too; a cancelled LSP request sen
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -17,15 +16,7 @@ from specd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANC
 from specd.requests import CompletionRequest
 from specd.lsp.autostart import DaemonSpawner
 from specd.lsp.backend import BackendUnavailable, Superseded
-
-
-def request_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:
-    params = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
-    params["stop"] = list(request.stop)
-    params["session"] = session
-    if not with_context or not request.context:
-        params.pop("context", None)
-    return params
+from specd.lsp.shaping import request_params
 
 
 def warm_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:

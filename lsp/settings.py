@@ -20,8 +20,12 @@ class DebounceSettings:
     max_interval_ms: float = 400.0  # ...and longer gaps (pauses) are not typing
     window: int = 20  # latest typing intervals averaged
     min_samples: int = 4  # intervals needed before the base follows them
-    rate_min: float = 1.5  # the wait in typing intervals where a suggestion is most wanted...
-    rate_max: float = 3.0  # ...and where it is least (mid-word, text after the cursor)
+    # the wait in typing intervals where a suggestion is most wanted, and where it is least (mid-word,
+    # text after the cursor); Tabby waits 1.5-3 intervals (a suggestion appears once the user
+    # pauses); a request here is superseded cheaply in the daemon, so it waits at most one interval
+    # and only bursts faster than min_interval_ms are held back
+    rate_min: float = 0.5
+    rate_max: float = 1.0
     min_ms: float = 0.0  # the wait's bounds
     max_ms: float = 1000.0
     response_window: int = 10  # latest daemon response times averaged for the expected response

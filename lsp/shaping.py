@@ -6,15 +6,17 @@ uses.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from pathlib import PurePosixPath
+from typing import Any
 
 from specd.requests import CompletionRequest
 from specd.lsp.context import OtherFile, RecentEdits, display_path, repo_context
 from specd.lsp.documents import DocumentState, Documents
-from specd.lsp.postprocess import is_mid_line
+from specd.lsp.postprocess import is_mid_line, postprocess
 from specd.lsp.settings import LspSettings
-from specd.lsp.window import Window
+from specd.lsp.window import Window, cut_window
 
 
 def completion_request(window: Window, context: str, settings: LspSettings) -> CompletionRequest:
@@ -38,6 +40,78 @@ def context_for(doc: DocumentState, documents: Documents, recent: RecentEdits, s
     return repo_context(repo, display_path(doc.path, root, doc.language), others, settings.context)
 
 
+def request_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:
+    """The daemon's ``complete`` params for ``request`` in ``session``."""
+    params = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
+    params["stop"] = list(request.stop)
+    params["session"] = session
+    if not with_context or not request.context:
+        params.pop("context", None)
+    return params
+
+
 def session_for(tag: str, uri: str) -> str:
     """The daemon session of a document: one per document and server process."""
     return f"{tag}-{hashlib.sha1(uri.encode('utf-8', 'replace')).hexdigest()[:16]}"
+
+
+class _TextDocuments:
+    """:class:`~specd.lsp.documents.Documents` over plain texts (no editor)."""
+
+    def __init__(self, root: str | None, encoding: str) -> None:
+        self._root, self._encoding = root, encoding
+        self.docs: dict[str, DocumentState] = {}
+
+    def get(self, uri: str) -> DocumentState | None:
+        return self.docs.get(uri)
+
+    def root(self) -> str | None:
+        return self._root
+
+    def encoding(self) -> str:
+        return self._encoding
+
+
+class RequestShaper:
+    """The LSP server's request shaping without a server: what ``specd lsp`` would send to the
+    daemon (``complete`` params, the same window, context, session naming) and what it would show,
+    for clients that talk to the socket themselves (the editor bench's socket path)."""
+
+    def __init__(self, settings: LspSettings = LspSettings(), root: str | None = None,
+                 encoding: str = "utf-16", session_tag: str = "shaper") -> None:
+        self.settings = settings
+        self.documents = _TextDocuments(root, encoding)
+        self.recent = RecentEdits()
+        self.session_tag = session_tag
+
+    def open(self, uri: str, text: str, language: str, path: str | None = None) -> None:
+        self.documents.docs[uri] = DocumentState(uri, 1, text, language, path)
+        self.recent.touched(uri, 0)
+
+    def edit(self, uri: str, text: str, line: int) -> None:
+        old = self.documents.docs[uri]
+        self.documents.docs[uri] = DocumentState(uri, (old.version or 0) + 1, text, old.language, old.path)
+        self.recent.touched(uri, line)
+
+    def window(self, uri: str, line: int, character: int) -> Window | None:
+        doc = self.documents.get(uri)
+        if doc is None:
+            return None
+        return cut_window(doc.text, line, character, self.documents.encoding(), self.settings.window)
+
+    def params(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
+        """The ``complete`` params ``specd lsp`` would send here (None: nothing to complete)."""
+        w = self.window(uri, line, character)
+        doc = self.documents.get(uri)
+        if w is None or doc is None or not (w.prefix or w.suffix):
+            return None
+        request = completion_request(w, context_for(doc, self.documents, self.recent, self.settings), self.settings)
+        return request_params(request, session_for(self.session_tag, uri))
+
+    def display(self, raw: str, uri: str, line: int, character: int) -> str:
+        """What the server would show of ``raw`` at this place ("" for nothing)."""
+        w = self.window(uri, line, character)
+        if w is None:
+            return ""
+        text = postprocess(raw, w.line_prefix, w.line_suffix, w.suffix, self.settings.rules)
+        return text if text.strip() else ""

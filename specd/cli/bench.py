@@ -49,6 +49,11 @@ def register(subparsers: Any) -> None:
                         "is prefilled once, untimed, and every run reuses it (a daemon after the first keystroke)")
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
+    b.add_argument("--scenario", choices=["tasks", "editor"], default="tasks",
+                   help="tasks (default): the FIM task suite; editor: four real files typed key by key through the "
+                        "socket, specd lsp and llama-server's /infill (--quick: a few keys per file)")
+    b.add_argument("--paths", default=None,
+                   help="editor scenario: comma-separated paths among socket, lsp, llama-server (default: all)")
     add_engine_flags(b)
     add_flags(b.add_argument_group("mode remote: the server (as specd serve --backend)"), RemoteConfig)
     b.set_defaults(func=cmd_bench)
@@ -81,6 +86,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.scenario == "editor":
+        from specd.cli.bench_editor import editor_bench
+
+        return editor_bench(args, _default_out)
     # imported here: the bench session builds engines (torch, the models), which the other
     # commands need not load
     from specd.bench.session import BenchConfig, run_bench

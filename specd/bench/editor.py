@@ -1,0 +1,495 @@
+"""``specd bench --scenario editor``: real files typed key by key through the daemon's socket
+(the requests ``specd lsp`` would send), through the real ``specd lsp`` over stdio (its debounce,
+prewarming, typed-along cache and request-ahead included), and through llama-server's ``/infill``
+with llama.vscode's CPU settings when its binaries are built; the same script, timings and text
+windows for each. Keys come at a typing pace (open loop): a suggestion is *shown* when it is
+non-empty and arrives before the next key; an older request is superseded by the next key (the
+daemon's session, the server's own rule, or an aborted HTTP request). After an open, a file
+switch, a pause and an accept the bench waits for the answer. The script is in
+:mod:`specd.bench.editor_script`.
+
+The bench imports neither the LSP server nor the daemon (layers): the command line hands it the
+request shaper (``specd.lsp.shaping.RequestShaper``) and the commands that start them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Protocol
+
+from specd.bench.editor_clients import SocketClient, StdioLspClient, post_json
+from specd.bench.editor_script import (KINDS, WAITED, EditorFile, Key, Preset, key_kind, quality)
+from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, find_binaries, infill_body, unavailable_note
+
+PATHS = ("socket", "lsp", "llama-server")
+WAIT_S = 120.0  # longest wait for a waited answer
+LLAMA_THREADS = 2  # llama.vscode's CPU setting (-t 2)
+
+
+class Shaper(Protocol):
+    """What ``specd lsp`` would send and show (``specd.lsp.shaping.RequestShaper``)."""
+
+    def open(self, uri: str, text: str, language: str, path: str | None = None) -> None: ...
+
+    def edit(self, uri: str, text: str, line: int) -> None: ...
+
+    def window(self, uri: str, line: int, character: int) -> Any: ...
+
+    def params(self, uri: str, line: int, character: int) -> dict[str, Any] | None: ...
+
+    def display(self, raw: str, uri: str, line: int, character: int) -> str: ...
+
+
+@dataclass(frozen=True)
+class EditorBench:
+    files: tuple[EditorFile, ...]
+    keys: tuple[Key, ...]
+    preset: Preset
+    shaper: Callable[[int], Shaper]  # max_tokens -> a fresh shaper
+    serve_argv: Callable[[Path], list[str]]  # socket -> the `specd serve` command
+    lsp_argv: Callable[[Path], list[str]]  # socket -> the `specd lsp` command (no autostart)
+    gguf: Path | None  # the target as GGUF, for llama-server
+    paths: tuple[str, ...] = PATHS
+    log_dir: Path | None = None
+
+
+@dataclass
+class Answer:
+    status: str  # shown | empty | superseded | error
+    text: str = ""
+    at: float = 0.0  # perf_counter when it arrived
+    error: str = ""
+
+
+@dataclass
+class Record:
+    kind: str
+    file: int
+    sent: float
+    next_sent: float | None = None
+    answer: Answer | None = None
+    real_rest: str | None = None  # the real text after the cursor (None: not comparable)
+
+    def outcome(self) -> str:
+        a = self.answer
+        if a is None:
+            return "unanswered"
+        if a.status == "shown" and self.next_sent is not None and a.at > self.next_sent:
+            return "late"  # arrived after the next key: never on screen
+        return a.status
+
+    def latency_ms(self) -> float | None:
+        return (self.answer.at - self.sent) * 1e3 if self.outcome() == "shown" and self.answer else None
+
+
+def utf16(s: str) -> int:
+    return len(s.encode("utf-16-le")) // 2
+
+
+def position(text: str, index: int) -> tuple[int, int]:
+    line = text.count("\n", 0, index)
+    return line, utf16(text[text.rfind("\n", 0, index) + 1:index])
+
+
+# -- drivers ---------------------------------------------------------------------------------------
+
+class Driver(Protocol):
+    name: str
+
+    async def open(self, f: EditorFile, text: str) -> None: ...
+
+    async def change(self, f: EditorFile, start: tuple[int, int], end: tuple[int, int], insert: str,
+                     new_text: str) -> None: ...
+
+    def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]: ...
+
+    async def close(self) -> dict[str, Any]: ...
+
+
+class SocketDriver:
+    name = "socket"
+
+    def __init__(self, client: SocketClient, shaper: Shaper) -> None:
+        self.client, self.shaper = client, shaper
+
+    async def open(self, f: EditorFile, text: str) -> None:
+        self.shaper.open(f.uri, text, f.language, "/bench/" + f.path)
+
+    async def change(self, f, start, end, insert, new_text) -> None:
+        self.shaper.edit(f.uri, new_text, start[0])
+
+    def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]:
+        return asyncio.ensure_future(self._ask(f, at))
+
+    async def _ask(self, f: EditorFile, at: tuple[int, int]) -> Answer:
+        params = self.shaper.params(f.uri, *at)
+        if params is None:
+            return Answer("empty", at=time.perf_counter())
+        msg = await self.client.request("complete", params)
+        now = time.perf_counter()
+        if "error" in msg:
+            code = msg["error"].get("code")
+            return Answer("superseded" if code == -32800 else "error", at=now, error=str(msg["error"])[:200])
+        shown = self.shaper.display(str(msg["result"]["text"]), f.uri, *at)
+        return Answer("shown" if shown else "empty", shown, now)
+
+    async def close(self) -> dict[str, Any]:
+        stats = await self.client.call("stats")
+        await self.client.close()
+        return {"daemon_requests": stats.get("requests", {})}
+
+
+class LspDriver:
+    name = "lsp"
+
+    def __init__(self, client: StdioLspClient) -> None:
+        self.client = client
+        self.versions: dict[str, int] = {}
+
+    async def open(self, f: EditorFile, text: str) -> None:
+        self.versions[f.uri] = 1
+        self.client.notify("textDocument/didOpen", {"textDocument": {
+            "uri": f.uri, "languageId": f.language, "version": 1, "text": text}})
+
+    async def change(self, f, start, end, insert, new_text) -> None:
+        self.versions[f.uri] += 1
+        self.client.notify("textDocument/didChange", {
+            "textDocument": {"uri": f.uri, "version": self.versions[f.uri]},
+            "contentChanges": [{"range": {"start": {"line": start[0], "character": start[1]},
+                                          "end": {"line": end[0], "character": end[1]}}, "text": insert}]})
+
+    def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]:
+        fut = self.client.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": f.uri}, "position": {"line": at[0], "character": at[1]},
+            "context": {"triggerKind": 2}})
+        return asyncio.ensure_future(self._answer(fut))
+
+    async def _answer(self, fut: asyncio.Future[dict[str, Any]]) -> Answer:
+        msg = await fut
+        now = time.perf_counter()
+        if "error" in msg:
+            return Answer("error", at=now, error=str(msg["error"])[:200])
+        items = (msg.get("result") or {}).get("items") or []
+        text = str(items[0].get("insertText", "")) if items else ""
+        return Answer("shown" if text.strip() else "empty", text, now)
+
+    async def close(self) -> dict[str, Any]:
+        logs = self.client.logs[-5:]
+        await self.client.close()
+        return {"lsp_log_tail": logs}
+
+
+class LlamaDriver:
+    """``/infill`` with the same text windows (and stop rule) as specd's requests, ``cache_prompt``
+    on; the next key aborts the request in flight."""
+
+    name = "llama-server"
+
+    def __init__(self, server: LlamaServer, shaper: Shaper, max_tokens: int) -> None:
+        self.server, self.shaper, self.max_tokens = server, shaper, max_tokens
+        self._inflight: asyncio.Task[Answer] | None = None
+
+    async def open(self, f: EditorFile, text: str) -> None:
+        self.shaper.open(f.uri, text, f.language, "/bench/" + f.path)
+
+    async def change(self, f, start, end, insert, new_text) -> None:
+        self.shaper.edit(f.uri, new_text, start[0])
+
+    def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]:
+        if self._inflight is not None and not self._inflight.done():
+            self._inflight.cancel()  # llama.vscode aborts its fetch on the next key
+        self._inflight = asyncio.ensure_future(self._ask(f, at))
+        return self._inflight
+
+    async def _ask(self, f: EditorFile, at: tuple[int, int]) -> Answer:
+        w = self.shaper.window(f.uri, *at)
+        params = self.shaper.params(f.uri, *at)
+        if w is None or params is None:
+            return Answer("empty", at=time.perf_counter())
+        body = infill_body(w.prefix, w.suffix, self.max_tokens, cache_prompt=True,
+                           extra={"input_extra": [], "stop": params.get("stop") or []})
+        try:
+            data = await post_json("127.0.0.1", self.server.port, "/infill", body)
+        except asyncio.CancelledError:
+            return Answer("superseded", at=time.perf_counter())
+        except (OSError, RuntimeError, ValueError) as e:
+            return Answer("error", at=time.perf_counter(), error=str(e)[:200])
+        shown = self.shaper.display(str(data.get("content", "")), f.uri, *at)
+        return Answer("shown" if shown else "empty", shown, time.perf_counter())
+
+    async def close(self) -> dict[str, Any]:
+        return {}
+
+
+# -- one pass of the script ------------------------------------------------------------------------
+
+async def play(driver: Driver, bench: EditorBench) -> list[Record]:
+    files, preset = bench.files, bench.preset
+    texts = [f.opened_text for f in files]
+    opened: set[int] = set()
+    records: list[Record] = []
+    previous: Record | None = None
+    tasks: list[tuple[Record, asyncio.Task[Answer]]] = []
+
+    def sent(record: Record, task: asyncio.Task[Answer]) -> None:
+        nonlocal previous
+        if previous is not None and previous.next_sent is None:
+            previous.next_sent = record.sent
+        previous = record
+        records.append(record)
+        tasks.append((record, task))
+
+    for n, key in enumerate(bench.keys):
+        f = files[key.file]
+        if key.file not in opened:
+            await driver.open(f, texts[key.file])
+            opened.add(key.file)
+            await asyncio.sleep(preset.idle_s)
+        if key.pause_before_s:
+            await asyncio.sleep(key.pause_before_s)
+        char = f.typed[key.offset]
+        cursor = f.start + key.offset
+        text = texts[key.file]
+        at = position(text, cursor)
+        new_text = text[:cursor] + char + text[cursor:]
+        texts[key.file] = new_text
+        await driver.change(f, at, at, char, new_text)
+        after = position(new_text, cursor + 1)
+        record = Record(key_kind(key, char), key.file, time.perf_counter(),
+                        real_rest=f.original[cursor + 1:])
+        task = driver.ask(f, new_text, after)
+        sent(record, task)
+        last_of_visit = n + 1 == len(bench.keys) or bench.keys[n + 1].file != key.file
+        if key.kind in WAITED or last_of_visit or key.accept_after:
+            await _settle(record, task)
+            if key.accept_after and record.answer is not None and record.answer.status == "shown":
+                await _accept(driver, f, texts, key.file, cursor + 1, record.answer.text, sent)
+        else:
+            await asyncio.sleep(preset.gap_s)
+    for record, task in tasks:
+        await _settle(record, task)
+    return records
+
+
+async def _settle(record: Record, task: asyncio.Task[Answer]) -> None:
+    if record.answer is not None:
+        return
+    try:
+        record.answer = await asyncio.wait_for(asyncio.shield(task), WAIT_S)
+    except asyncio.TimeoutError:
+        record.answer = Answer("error", at=time.perf_counter(), error=f"no answer in {WAIT_S:.0f} s")
+    except (ConnectionError, OSError) as e:
+        record.answer = Answer("error", at=time.perf_counter(), error=str(e)[:200])
+
+
+async def _accept(driver: Driver, f: EditorFile, texts: list[str], i: int, cursor: int, shown: str,
+                  sent: Callable[[Record, asyncio.Task[Answer]], None]) -> None:
+    """The user accepts ``shown`` at ``cursor``; the editor asks again at once; then the bench
+    takes the text back out (unmeasured) so the file goes on as written."""
+    text = texts[i]
+    at = position(text, cursor)
+    accepted = text[:cursor] + shown + text[cursor:]
+    await driver.change(f, at, at, shown, accepted)
+    end = cursor + len(shown)
+    real = f.original[f.start + (cursor - f.start):]
+    record = Record("accept", i, time.perf_counter(),
+                    real_rest=f.original[cursor + len(shown):] if real.startswith(shown) else None)
+    task = driver.ask(f, accepted, position(accepted, end))
+    sent(record, task)
+    await _settle(record, task)
+    await driver.change(f, at, position(accepted, end), "", text)
+
+
+# -- servers ---------------------------------------------------------------------------------------
+
+class Daemon:
+    def __init__(self, argv: list[str], socket: Path, log: Path | None) -> None:
+        self.argv, self.socket, self.log = argv, socket, log
+        self.proc: subprocess.Popen | None = None
+
+    async def start(self, timeout: float = 600.0) -> SocketClient:
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"specd serve exited with {self.proc.returncode}" +
+                                   (f" (log: {self.log})" if self.log else ""))
+            try:
+                client = await SocketClient.connect(self.socket)
+                await client.call("health")
+                return client
+            except (OSError, RuntimeError):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"specd serve not ready after {timeout:.0f} s")
+                await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+async def run_path(path: str, bench: EditorBench, notes: list[str]) -> tuple[list[Record], dict[str, Any]] | None:
+    with tempfile.TemporaryDirectory(prefix="sde-", dir="/tmp") as d:  # AF_UNIX paths stay short
+        sock = Path(d) / "s.sock"
+        log = bench.log_dir / f"{path}-daemon.log" if bench.log_dir else None
+        if path == "llama-server":
+            bins = find_binaries()
+            if bins is None:
+                notes.append(f"llama-server: skipped, {unavailable_note()}")
+                return None
+            if bench.gguf is None or not bench.gguf.is_file():
+                notes.append("llama-server: skipped, the target is not a GGUF file (use a published name)")
+                return None
+            server = LlamaServer(bins, bench.gguf, LLAMA_THREADS, ctx=4096,
+                                 log_path=bench.log_dir / "llama-server.log" if bench.log_dir else None)
+            await asyncio.get_running_loop().run_in_executor(None, server.start)
+            try:
+                driver: Driver = LlamaDriver(server, bench.shaper(bench.preset.max_tokens), bench.preset.max_tokens)
+                records = await play(driver, bench)
+                extra = {"command": " ".join(server.command()[1:]).replace(str(bench.gguf), bench.gguf.name)}
+            finally:
+                server.stop()
+            return records, extra
+        daemon = Daemon(bench.serve_argv(sock), sock, log)
+        client = await daemon.start()
+        try:
+            if path == "socket":
+                driver = SocketDriver(client, bench.shaper(bench.preset.max_tokens))
+            else:
+                lsp = await StdioLspClient.start(bench.lsp_argv(sock))
+                init = await asyncio.wait_for(lsp.request("initialize", {
+                    "processId": os.getpid(), "rootUri": "file:///bench", "capabilities": {},
+                    "initializationOptions": {"maxTokens": bench.preset.max_tokens}}), 120)
+                if "result" not in init:
+                    raise RuntimeError(f"specd lsp refused initialize: {init}")
+                lsp.notify("initialized", {})
+                driver = LspDriver(lsp)
+            records = await play(driver, bench)
+            extra = await driver.close()
+            if path == "lsp":
+                extra["daemon_requests"] = (await client.call("stats")).get("requests", {})
+            await client.close()
+        finally:
+            daemon.stop()
+        return records, extra
+
+
+# -- numbers ---------------------------------------------------------------------------------------
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return round(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))], 1)
+
+
+def summarize(records: list[Record]) -> dict[str, Any]:
+    out: dict[str, Any] = {"keys": len(records), "kinds": {}}
+    for kind in (*KINDS, "all"):
+        rs = [r for r in records if kind == "all" or r.kind == kind]
+        if not rs:
+            continue
+        outcomes = [r.outcome() for r in rs]
+        lat = [x for r in rs if (x := r.latency_ms()) is not None]
+        scored = [quality(r.answer.text, r.real_rest) for r in rs
+                  if r.outcome() == "shown" and r.answer is not None and r.real_rest is not None]
+        out["kinds"][kind] = {
+            "n": len(rs), **{o: outcomes.count(o) for o in ("shown", "empty", "superseded", "late", "error",
+                                                              "unanswered")},
+            "p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95),
+            "exact_line": round(sum(q.exact for q in scored) / len(scored), 3) if scored else None,
+            "similarity": round(statistics.fmean(q.similarity for q in scored), 3) if scored else None,
+        }
+    return out
+
+
+def phases(records: list[Record], keys: tuple[Key, ...], n_files: int) -> dict[str, Any]:
+    """Typing p50 in the first file before any switch vs. once the files are edited in turn."""
+    typing = ("type", "newline")
+    first_switch = next((i for i, r in enumerate(records) if r.kind == "switch"), len(records))
+    single = [x for r in records[:first_switch] if r.file == 0 and r.kind in typing and (x := r.latency_ms()) is not None]
+    rotating = [x for r in records[first_switch:] if r.kind in typing and (x := r.latency_ms()) is not None]
+    return {"single_file_p50_ms": _pct(single, 0.5), "four_files_p50_ms": _pct(rotating, 0.5),
+            "single_file_n": len(single), "four_files_n": len(rotating), "files": n_files}
+
+
+async def run_editor(bench: EditorBench) -> dict[str, Any]:
+    notes: list[str] = []
+    results: dict[str, Any] = {}
+    for path in bench.paths:
+        got = await run_path(path, bench, notes)
+        if got is None:
+            continue
+        records, extra = got
+        results[path] = {**summarize(records), "phases": phases(records, bench.keys, len(bench.files)), **extra,
+                         "records": [{"kind": r.kind, "file": r.file, "outcome": r.outcome(),
+                                      "latency_ms": None if (x := r.latency_ms()) is None else round(x, 1),
+                                      "text": r.answer.text if r.answer else "",
+                                      "error": r.answer.error if r.answer else ""} for r in records]}
+    return {"scenario": "editor", "preset": asdict(bench.preset),
+            "files": [{"uri": f.uri, "path": f.path, "typed": f.typed} for f in bench.files],
+            "llama_server_args": ["-t", str(LLAMA_THREADS), *SERVER_ARGS, "cache_prompt: true"],
+            "paths": results, "goals": goals(results), "notes": notes}
+
+
+def goals(results: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets, where the numbers exist: ratios of p50/p95 to llama-server's."""
+    out: dict[str, Any] = {}
+    llama = results.get("llama-server", {}).get("kinds", {})
+    for path in ("lsp", "socket"):
+        mine = results.get(path)
+        if mine is None:
+            continue
+        ph = mine["phases"]
+        if ph["single_file_p50_ms"] and ph["four_files_p50_ms"]:
+            out[f"{path}: four files p50 / single file p50 (<= 1.5)"] = round(
+                ph["four_files_p50_ms"] / ph["single_file_p50_ms"], 2)
+        if not llama:
+            continue
+        for kind, stat, bound in (("all", "p50_ms", 0.5), ("all", "p95_ms", 1.0), ("open", "p50_ms", 1.0)):
+            a, b = mine["kinds"].get(kind, {}).get(stat), llama.get(kind, {}).get(stat)
+            if a and b:
+                out[f"{path}: {kind} {stat} / llama-server's (<= {bound})"] = round(a / b, 2)
+    return out
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    lines = ["# specd bench: editor scenario", "",
+             f"Preset: {json.dumps(doc['preset'])}", "",
+             "Files (typed back from their task cursor): " + ", ".join(f"`{f['path']}`" for f in doc["files"]), "",
+             "| path | kind | n | shown | empty | superseded | late | error | p50 ms | p95 ms | exact line | similarity |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for path, r in doc["paths"].items():
+        for kind, k in r["kinds"].items():
+            lines.append(f"| {path} | {kind} | {k['n']} | {k['shown']} | {k['empty']} | {k['superseded']} | "
+                         f"{k['late']} | {k['error']} | {_f(k['p50_ms'])} | {_f(k['p95_ms'])} | "
+                         f"{_f(k['exact_line'])} | {_f(k['similarity'])} |")
+    lines += ["", "| path | single-file typing p50 ms (n) | four files typing p50 ms (n) |", "|---|---|---|"]
+    for path, r in doc["paths"].items():
+        ph = r["phases"]
+        lines.append(f"| {path} | {_f(ph['single_file_p50_ms'])} ({ph['single_file_n']}) | "
+                     f"{_f(ph['four_files_p50_ms'])} ({ph['four_files_n']}) |")
+    if doc["goals"]:
+        lines += ["", "Goals:", ""] + [f"- {k}: {v}" for k, v in doc["goals"].items()]
+    if doc["notes"]:
+        lines += [""] + [f"Note: {n}" for n in doc["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def _f(x: Any) -> str:
+    return "–" if x is None else str(x)

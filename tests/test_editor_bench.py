@@ -1,0 +1,58 @@
+"""``specd bench --scenario editor --quick`` on the tiny pair: the scenario runs through the
+daemon's socket and the real ``specd lsp``, llama-server is skipped with a note (the tiny models
+are no GGUF file), and the numbers are consistent (counts add up; timings are not checked)."""
+
+from __future__ import annotations
+
+import json
+
+from specd.bench.editor_script import KINDS, PRESETS, Key, quality, script
+from specd.cli import main
+from tests.lsp_tiny import ENGINE_FLAGS, tiny_dirs
+
+OUTCOMES = ("shown", "empty", "superseded", "late", "error", "unanswered")
+
+
+def test_the_script_has_every_kind_of_keystroke_and_four_files() -> None:
+    keys = script(4, PRESETS["quick"])
+    assert {k.file for k in keys} == {0, 1, 2, 3}
+    assert {k.kind for k in keys} >= {"type", "pause", "open", "switch"}
+    assert sum(k.accept_after for k in keys) == 1
+    assert [k.kind for k in keys].count("open") == 4 and [k.kind for k in keys].count("switch") == 4
+    assert all(isinstance(k, Key) for k in keys)
+
+
+def test_quality_compares_the_first_line_with_content() -> None:
+    assert quality("n + 1)\n    return x", "n + 1)\n    return y").exact
+    assert quality("\n    return x", "\n    return x\n").exact  # the suggestion starts a new line
+    q = quality("n + 2)", "n + 1)")
+    assert not q.exact and 0.5 < q.similarity < 1.0
+    assert not quality("", "x = 1").exact
+
+
+def test_the_quick_editor_scenario_runs_and_its_counts_add_up(tmp_path) -> None:
+    target, draft = tiny_dirs()
+    rc = main(["bench", "--scenario", "editor", "--quick", "--target", str(target), "--draft", str(draft),
+               *ENGINE_FLAGS, "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "results.json").read_text())
+    assert (tmp_path / "report.md").read_text().startswith("# specd bench: editor scenario")
+    assert set(doc["paths"]) == {"socket", "lsp"}
+    assert any(n.startswith("llama-server: skipped") for n in doc["notes"])
+    keys = len(script(4, PRESETS["quick"]))
+    for path, r in doc["paths"].items():
+        kinds = r["kinds"]
+        accepts = kinds.get("accept", {}).get("n", 0)
+        assert accepts <= 1
+        assert r["keys"] == keys + accepts == kinds["all"]["n"] == len(r["records"])
+        assert sum(k["n"] for name, k in kinds.items() if name != "all") == kinds["all"]["n"]
+        assert set(kinds) - {"all"} <= set(KINDS)
+        for name, k in kinds.items():
+            assert sum(k[o] for o in OUTCOMES) == k["n"], (path, name, k)
+            assert k["error"] == 0 and k["unanswered"] == 0, (path, name, r["records"])
+            assert (k["p50_ms"] is None) == (k["shown"] == 0)
+        for name in ("open", "switch", "pause"):  # waited for: answered, never superseded
+            assert kinds[name]["superseded"] == 0 and kinds[name]["late"] == 0
+        shown = [x for x in r["records"] if x["outcome"] == "shown"]
+        assert all(x["latency_ms"] is not None and x["text"].strip() for x in shown)
+        assert kinds["all"]["shown"] == len(shown)
