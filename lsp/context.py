@@ -9,8 +9,10 @@ whole stays within a character budget.
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
+from typing import Callable
 
 from specd.lsp.positions import EOL, line_start
 
@@ -30,6 +32,11 @@ class ContextLimits:
     total_chars: int = 4000
     per_file_chars: int = 1500
     files: int = 4
+    # another document's part of the context stays as it was while its edits stay this near the
+    # line it was taken at (and for at most max_age_s): typing there does not change the prompt's
+    # start, so the daemon's cached prompt survives a switch between files
+    near_lines: int = 10
+    max_age_s: float = 120.0
 
 
 @dataclass
@@ -55,6 +62,34 @@ class RecentEdits:
         """(uri, last edited line), most recent first, without ``exclude``."""
         items = sorted(((u, e) for u, e in self._edits.items() if u != exclude), key=lambda x: -x[1].order)
         return [(u, e.line) for u, e in items[:limit]]
+
+
+@dataclass
+class _Frozen:
+    text: str
+    line: int
+    taken: float
+
+
+class FrozenOthers:
+    """Per (document, other document): the other's text and edit line as last put in the document's
+    context, returned again while the other's edits stay near that line and the copy is young."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._views: dict[tuple[str, str], _Frozen] = {}
+
+    def view(self, doc: str, other: str, text: str, line: int, limits: ContextLimits) -> tuple[str, int]:
+        now = self.clock()
+        kept = self._views.get((doc, other))
+        if kept is not None and abs(line - kept.line) <= limits.near_lines and now - kept.taken <= limits.max_age_s:
+            return kept.text, kept.line
+        self._views[(doc, other)] = _Frozen(text, line, now)
+        return text, line
+
+    def closed(self, uri: str) -> None:
+        for key in [k for k in self._views if uri in k]:
+            del self._views[key]
 
 
 def neutralise(text: str) -> str:

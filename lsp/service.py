@@ -27,7 +27,7 @@ from typing import Callable
 
 from specd.requests import CompletionRequest
 from specd.lsp.backend import Backend, BackendUnavailable, Superseded
-from specd.lsp.context import RecentEdits
+from specd.lsp.context import FrozenOthers, RecentEdits
 from specd.lsp.debounce import AdaptiveDebounce
 from specd.lsp.documents import DocumentState, Documents
 from specd.lsp.positions import index_to_column
@@ -93,6 +93,7 @@ class CompletionService:
         self.debug = debug or (lambda _m: None)
         self.clock = clock
         self.recent = RecentEdits()
+        self.frozen = FrozenOthers()
         self.shown = ShownSuggestions()
         self.counters = ServiceCounters()
         self.debounce = AdaptiveDebounce(settings.debounce)
@@ -145,6 +146,7 @@ class CompletionService:
 
     def closed(self, uri: str) -> None:
         self.recent.closed(uri)
+        self.frozen.closed(uri)
         self.shown.forget(uri)
         self._supersede(uri)
         self._bump(uri)
@@ -263,7 +265,7 @@ class CompletionService:
                 del self._inflight[uri]
 
     def context_for(self, doc: DocumentState) -> str:
-        return context_for(doc, self.documents, self.recent, self.settings)
+        return context_for(doc, self.documents, self.recent, self.settings, self.frozen)
 
     # -- request-ahead --------------------------------------------------------------------------
     def _accepted(self, uri: str, cursor: tuple[int, int]) -> bool:

@@ -12,7 +12,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from specd.requests import CompletionRequest
-from specd.lsp.context import OtherFile, RecentEdits, display_path, repo_context
+from specd.lsp.context import FrozenOthers, OtherFile, RecentEdits, display_path, repo_context
 from specd.lsp.documents import DocumentState, Documents
 from specd.lsp.postprocess import is_mid_line, postprocess
 from specd.lsp.settings import LspSettings
@@ -26,8 +26,10 @@ def completion_request(window: Window, context: str, settings: LspSettings) -> C
                              temperature=0.0, stop=("\n",) if mid else (), context=context)
 
 
-def context_for(doc: DocumentState, documents: Documents, recent: RecentEdits, settings: LspSettings) -> str:
-    """Repository context: the recently edited other open documents, around their last edits."""
+def context_for(doc: DocumentState, documents: Documents, recent: RecentEdits, settings: LspSettings,
+                frozen: FrozenOthers | None = None) -> str:
+    """Repository context: the recently edited other open documents, around their last edits (as
+    ``frozen`` last showed them to ``doc``, while their edits stay near)."""
     if not settings.repo_context:
         return ""
     root = documents.root()
@@ -35,7 +37,10 @@ def context_for(doc: DocumentState, documents: Documents, recent: RecentEdits, s
     for uri, line in recent.recent(doc.uri, settings.context.files):
         other = documents.get(uri)
         if other is not None:
-            others.append(OtherFile(display_path(other.path, root, other.language), other.text, line))
+            text = other.text
+            if frozen is not None:
+                text, line = frozen.view(doc.uri, uri, text, line, settings.context)
+            others.append(OtherFile(display_path(other.path, root, other.language), text, line))
     repo = PurePosixPath(root).name if root else "workspace"
     return repo_context(repo, display_path(doc.path, root, doc.language), others, settings.context)
 
@@ -82,6 +87,7 @@ class RequestShaper:
         self.settings = settings
         self.documents = _TextDocuments(root, encoding)
         self.recent = RecentEdits()
+        self.frozen = FrozenOthers()
         self.session_tag = session_tag
 
     def open(self, uri: str, text: str, language: str, path: str | None = None) -> None:
@@ -105,7 +111,8 @@ class RequestShaper:
         doc = self.documents.get(uri)
         if w is None or doc is None or not (w.prefix or w.suffix):
             return None
-        request = completion_request(w, context_for(doc, self.documents, self.recent, self.settings), self.settings)
+        context = context_for(doc, self.documents, self.recent, self.settings, self.frozen)
+        request = completion_request(w, context, self.settings)
         return request_params(request, session_for(self.session_tag, uri))
 
     def display(self, raw: str, uri: str, line: int, character: int) -> str:
