@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import statistics
 import sys
@@ -24,52 +23,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specd.bench.editor_clients import StdioLspClient
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-class StdioClient:
-    """A minimal LSP client over a subprocess's stdin/stdout."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-        self.ids = itertools.count(1)
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.logs: list[str] = []
-        self.reader = asyncio.ensure_future(self._read())
-
-    async def _read(self) -> None:
-        assert self.proc.stdout is not None
-        while True:
-            length = 0
-            while True:
-                line = await self.proc.stdout.readline()
-                if not line:
-                    return
-                if line.lower().startswith(b"content-length:"):
-                    length = int(line.split(b":")[1])
-                if line in (b"\r\n", b"\n"):
-                    break
-            msg = json.loads(await self.proc.stdout.readexactly(length))
-            if msg.get("method") == "window/logMessage":
-                self.logs.append(msg["params"]["message"])
-            fut = self.pending.pop(msg.get("id"), None) if "method" not in msg else None
-            if fut is not None and not fut.done():
-                fut.set_result(msg)
-
-    def _send(self, obj: dict[str, Any]) -> None:
-        assert self.proc.stdin is not None
-        body = json.dumps(obj).encode()
-        self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-
-    def notify(self, method: str, params: Any) -> None:
-        self._send({"jsonrpc": "2.0", "method": method, "params": params})
-
-    def request(self, method: str, params: Any) -> asyncio.Future[dict[str, Any]]:
-        rid = next(self.ids)
-        fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self.pending[rid] = fut
-        self._send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        return fut
 
 
 def utf16_len(s: str) -> int:
@@ -87,7 +43,7 @@ async def replay(server: list[str], text: str, start: int, typed: str, interval_
                  max_tokens: int) -> dict[str, Any]:
     proc = await asyncio.create_subprocess_exec(*server, stdin=asyncio.subprocess.PIPE,
                                                 stdout=asyncio.subprocess.PIPE, limit=64 << 20)
-    client = StdioClient(proc)
+    client = StdioLspClient(proc)
     init = await client.request("initialize", {"processId": None, "rootUri": ROOT.as_uri(), "capabilities": {},
                                                "initializationOptions": {"maxTokens": max_tokens}})
     assert "result" in init, init
