@@ -752,15 +752,25 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int
         const __m256i mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm8, dup_mins));
         __m512i sumi[ROW_TILE512];
         for (int j = 0; j < R; j++) sumi[j] = _mm512_setzero_si512();
-        for (int c = 0; c < 4; c++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
-            const __m512i codes = _mm512_and_si512(
-                _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1), m4);
-            const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi16((short)(2 * c)), _mm256_set1_epi16((short)(2 * c + 1)), 1);
+        for (int c = 0; c < 4; c += 2) { /* elements 64c .. 64c + 127: sub-blocks 2c .. 2c + 3 */
+            __m512i codes[2];
+            for (int u = 0; u < 2; u++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * (c + u)));
+                codes[u] = _mm512_and_si512(
+                    _mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1), m4);
+            }
+            /* vpdpbusd's int32 lanes (sums of 4 products, |.| <= 4 * 15 * 127) of the two vectors
+             * packed to int16 (exact) per 128-bit lane q: 4 of codes[0] (sub-block 2c + q / 2), then
+             * 4 of codes[1] (sub-block 2c + 2 + q / 2); vpdpwssd weighs each pair by its scale */
+            int16_t ix[32];
+            for (int e = 0; e < 32; e++) ix[e] = (int16_t)(2 * c + (e >= 16) + 2 * ((e / 4) & 1));
+            const __m512i idx = _mm512_loadu_si512((const void *)ix);
             const __m512i sc = _mm512_permutexvar_epi16(idx, sc16);
             for (int j = 0; j < R; j++) {
-                const __m512i x = _mm512_loadu_si512((const void *)(((const block_q8_K *)xr[j])[i].qs + 64 * c));
-                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_maddubs_epi16(codes, x), sc);
+                const int8_t *q = ((const block_q8_K *)xr[j])[i].qs + 64 * c;
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[0], _mm512_loadu_si512((const void *)q));
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), codes[1], _mm512_loadu_si512((const void *)(q + 64)));
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_packs_epi32(p0, p1), sc);
             }
         }
         const float dw = f16_at(&b->d), mw = f16_at(&b->dmin);
@@ -816,21 +826,23 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q6_K(const int
         for (int h = 0; h < 2; h++) {
             const __m512i B = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
             const __m512i BH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
-            __m512i q[2], sc[2];
+            __m512i q[2], sc[1];
             q[0] = _mm512_or_si512(_mm512_and_si512(B, m15), _mm512_sllv_epi16(_mm512_and_si512(BH, mlo), shl));
             q[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m15),
                                    _mm512_srlv_epi16(_mm512_and_si512(BH, mhi), shr));
-            for (int t = 0; t < 2; t++) { /* sub-blocks 8h + 4t .. 8h + 4t + 3, 8 int16 lanes each */
-                const int s0 = 8 * h + 4 * t;
-                const __m512i idx = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm256_setr_m128i(_mm_set1_epi16((short)s0), _mm_set1_epi16((short)(s0 + 1)))),
-                    _mm256_setr_m128i(_mm_set1_epi16((short)(s0 + 2)), _mm_set1_epi16((short)(s0 + 3))), 1);
-                sc[t] = _mm512_permutexvar_epi16(idx, sc512);
-            }
+            /* vpdpbusd's int32 lanes (sums of 4 products, |.| <= 4 * 63 * 127 < 2^15) of q[0] and
+             * q[1] packed to int16 (exact) per 128-bit lane u: 4 of q[0] (sub-block 8h + u), then 4
+             * of q[1] (sub-block 8h + 4 + u); vpdpwssd weighs each pair by its scale */
+            const int s0 = 8 * h;
+            int16_t ix[32];
+            for (int e = 0; e < 32; e++) ix[e] = (int16_t)(s0 + e / 8 + 4 * ((e / 4) & 1));
+            const __m512i idx = _mm512_loadu_si512((const void *)ix);
+            sc[0] = _mm512_permutexvar_epi16(idx, sc512);
             for (int j = 0; j < R; j++) {
                 const int8_t *x = ((const block_q8_K *)xr[j])[i].qs + 128 * h;
-                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_maddubs_epi16(q[0], _mm512_loadu_si512((const void *)x)), sc[0]);
-                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_maddubs_epi16(q[1], _mm512_loadu_si512((const void *)(x + 64))), sc[1]);
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[0], _mm512_loadu_si512((const void *)x));
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q[1], _mm512_loadu_si512((const void *)(x + 64)));
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_packs_epi32(p0, p1), sc[0]);
             }
         }
         const float dw = f16_at(&b->d);
