@@ -432,7 +432,11 @@ async def run_editor(bench: EditorBench) -> dict[str, Any]:
     notes: list[str] = []
     results: dict[str, Any] = {}
     for path in bench.paths:
-        got = await run_path(path, bench, notes)
+        try:
+            got = await run_path(path, bench, notes)
+        except (OSError, RuntimeError, TimeoutError, asyncio.TimeoutError, ConnectionError) as e:
+            notes.append(f"{path}: failed, {type(e).__name__}: {e}")  # the other paths still run
+            continue
         if got is None:
             continue
         records, extra = got
