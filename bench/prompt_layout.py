@@ -15,12 +15,13 @@ Three studies (each prints a markdown table; ``--json`` keeps the rows):
   the line being written is absent from the suffix): one at the end of the line before, one
   after Enter (the line change, cursor after the indentation), then one per typed character;
   prefill tokens computed (target) and ms per request, for each layout.
+* ``tokens``: no model, the tokenizer only: each task's whole line typed a character at a time;
+  the prompt tokens after the part shared with the keystroke before, per layout.
 * ``cold``: cold speculative requests (caches reset) for each prefix window: prompt tokens, prefill
   and time to first token.
 
-    flock /tmp/specd-cpu.lock python bench/prompt_layout.py quality --tasks lines --split test
-    flock /tmp/specd-cpu.lock python bench/prompt_layout.py typing --tasks lines --n 6
-    flock /tmp/specd-cpu.lock python bench/prompt_layout.py cold --prefix-tokens 256,512,1024,2048
+    flock /tmp/specd-cpu.lock python bench/prompt_layout.py quality,typing --tasks lines --split test
+    flock /tmp/specd-cpu.lock python bench/prompt_layout.py cold --cold-prefix-tokens 256,512,1024,2048
 """
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from specd.app import build_engine
+from specd.app import build_engine, model_directory
 from specd.bench.tasks import load_tasks
 from specd.engine.config import EngineConfig, PromptWindows
 from specd.engine.prompt import PromptBuilder
 from specd.lsp.context import ContextLimits, OtherFile, repo_context
 from specd.lsp.postprocess import is_mid_line, postprocess
+from specd.models.registry import DEFAULT_TARGET
+from specd.models.tokenizer import Tokenizer
 from specd.requests import CompletionRequest
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -59,7 +62,8 @@ class Case:
 
 def cases(kind: str, split: str) -> list[Case]:
     if kind == "lines":
-        out = [Case(t.id, t.split, t.file, t.prefix, t.suffix, t.target, t.before, t.after)
+        # the line is being written: the text after the cursor is the rest of the file after it
+        out = [Case(t.id, t.split, t.file, t.prefix, t.after, t.target, t.before, t.after)
                for t in build_line_tasks()]
     else:
         out = []
@@ -102,13 +106,36 @@ def context_for(case: Case, kind: str) -> str:
     return repo_context(repo, path.name, others, ContextLimits())
 
 
-def set_windows(engine, **changes) -> None:
-    engine.prompts = PromptBuilder(engine.tokenizer, PromptWindows(**changes))
+class SpmBuilder(PromptBuilder):
+    """``<|fim_suffix|>{suffix}<|fim_prefix|>{prefix}<|fim_middle|>`` (suffix first: typing only
+    changes the prompt's tail). Qwen2.5-Coder documents PSM only; measured, not shipped."""
+
+    def build(self, prefix: str, suffix: str = "", context: str = "") -> list[int]:
+        prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
+        p, s, m = self.fim
+        return [*self.encode_context(context), s, *self.tokenizer.encode(suffix), p,
+                *self.tokenizer.encode(prefix), m]
 
 
-def request(prefix: str, suffix: str, mode: str, max_tokens: int, context: str = "") -> CompletionRequest:
+def set_windows(engine, prompt_layout: str = "psm", **changes) -> None:
+    if prompt_layout == "spm":
+        engine.prompts = SpmBuilder(engine.tokenizer, PromptWindows(**changes))
+    else:
+        engine.prompts = PromptBuilder(engine.tokenizer, PromptWindows(prompt_layout=prompt_layout, **changes))
+
+
+def mid_word(case: Case) -> bool:
+    """The cursor splits a word (an identifier or number)."""
+    left, right = case.prefix[-1:], case.target[:1]
+    return (left.isalnum() or left == "_") and (right.isalnum() or right == "_")
+
+
+def request(prefix: str, suffix: str, mode: str, max_tokens: int, context: str = "",
+            one_line: bool = False) -> CompletionRequest:
+    """As the LSP asks (one line mid-line); ``one_line``: always stop at the line's end (the
+    scored line is the same: greedy text does not depend on where it stops)."""
     line_suffix = suffix.split("\n", 1)[0]
-    stop = ("\n",) if is_mid_line(line_suffix) else ()
+    stop = ("\n",) if one_line or is_mid_line(line_suffix) else ()
     return CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=max_tokens, temperature=0.0, stop=stop,
                              mode=mode, context=context)
 
@@ -131,21 +158,20 @@ def quality(engine, args, chosen: list[Case]) -> list[dict]:
                 continue
             engine.forget_suggestion()
             t0 = time.perf_counter()
-            out = engine.complete(request(c.prefix, c.suffix, "target", args.max_tokens, ctx))
+            out = engine.complete(request(c.prefix, c.suffix, "target", args.max_tokens, ctx, one_line=True))
             raw = out.text
             shown = postprocess(raw, line_prefix, line_suffix, c.suffix)
             line = shown.split("\n", 1)[0].rstrip()
             r = {"task": c.id, "layout": lay, "prefix_tokens": pt, "suffix_tokens": st, "context": cx,
-                 "prompt_tokens": len(prompt), "exact": line == c.target.rstrip(),
-                 "similarity": similarity(line, c.target.rstrip()), "empty": not shown.strip(),
-                 "raw_blank": not raw.strip(), "line": line, "target": c.target.rstrip(),
+                 "mid_word": mid_word(c), "prompt_tokens": len(prompt), "exact": line == c.target.rstrip(),
+                 "similarity": similarity(line, c.target.rstrip()), "empty": not shown.strip(), "raw": raw, "line": line, "target": c.target.rstrip(),
                  "seconds": time.perf_counter() - t0}
             seen[prompt] = r
             rows.append(r)
             print(f"{c.id} {lay} p{pt} s{st} {cx}: {'=' if r['exact'] else ' '} {r['similarity']:.2f} "
                   f"{line!r} | {c.target.rstrip()!r}", file=sys.stderr, flush=True)
     print(f"\n{len(chosen)} tasks ({args.tasks}, split {args.split}), greedy target-only, max {args.max_tokens} "
-          "tokens, LSP post-processing, scored on the cursor line")
+          "tokens, LSP post-processing, scored on the cursor line (completions end at its end; empty: nothing left to show)")
     print("| layout | prefix window | suffix window | context | exact line | edit similarity | empty | prompt tokens |")
     print("|---|---|---|---|---|---|---|---|")
     for lay, pt, st, cx in variants:
@@ -153,6 +179,16 @@ def quality(engine, args, chosen: list[Case]) -> list[dict]:
         print(f"| {lay} | {pt} | {st} | {cx} | {sum(r['exact'] for r in rs)}/{len(rs)} | "
               f"{statistics.mean(r['similarity'] for r in rs):.3f} | {sum(r['empty'] for r in rs)} | "
               f"{statistics.mean(r['prompt_tokens'] for r in rs):.0f} |")
+    print("\nBy cursor position (mid-word: the cursor splits an identifier or number)")
+    print("| layout | context | cursor | tasks | exact line | edit similarity |")
+    print("|---|---|---|---|---|---|")
+    for lay, pt, st, cx in variants:
+        for where in (True, False):
+            rs = [r for r in rows if (r["layout"], r["prefix_tokens"], r["suffix_tokens"], r["context"]) ==
+                  (lay, pt, st, cx) and r["mid_word"] == where]
+            if rs:
+                print(f"| {lay} | {cx} | {'mid-word' if where else 'word boundary'} | {len(rs)} | "
+                      f"{sum(r['exact'] for r in rs)} | {statistics.mean(r['similarity'] for r in rs):.3f} |")
     return rows
 
 
@@ -166,14 +202,14 @@ def typing(engine, args, chosen: list[Case]) -> list[dict]:
             typed = c.prefix[len(c.before):] + c.target
             indent = typed[: len(typed) - len(typed.lstrip())]
             after = c.after
-            steps = [("previous line", line, "\n" + after if after else "")]
+            steps = [("previous line", line, after)]
             steps.append(("line change", c.before + indent, after))
             for n in range(1, args.n + 1):
                 steps.append((f"keystroke", c.before + typed[: len(indent) + n], after))
             engine.reset()
             for i, (what, prefix, suffix) in enumerate(steps):
                 engine.forget_suggestion()
-                out = engine.complete(request(prefix, suffix, "spec", args.max_tokens))
+                out = engine.complete(request(prefix, suffix, "spec", args.typing_max_tokens))
                 s = out.stats
                 if i == 0:
                     continue  # the cold request that fills the caches
@@ -182,7 +218,7 @@ def typing(engine, args, chosen: list[Case]) -> list[dict]:
                              "ttft_ms": s.ttft_ms, "total_ms": s.total_ms})
             print(f"{c.id} {lay}: " + " ".join(f"{r['computed']}" for r in rows[-(len(steps) - 1):]),
                   file=sys.stderr, flush=True)
-    print(f"\n{len(chosen)} tasks ({args.tasks}), speculative (default pair), max {args.max_tokens} tokens; medians")
+    print(f"\n{len(chosen)} tasks ({args.tasks}), speculative (default pair), max {args.typing_max_tokens} tokens; medians")
     print("| layout | step | target tokens computed | prefill ms | time to first token ms | total ms |")
     print("|---|---|---|---|---|---|")
     for lay in args.layouts.split(","):
@@ -197,22 +233,52 @@ def typing(engine, args, chosen: list[Case]) -> list[dict]:
 def cold(engine, args, chosen: list[Case]) -> list[dict]:
     rows = []
     for c in chosen:
-        for pt in _ints(args.prefix_tokens):
+        for pt in _ints(args.cold_prefix_tokens):
             set_windows(engine, max_prefix_tokens=pt)
             engine.reset()
-            out = engine.complete(request(c.prefix, c.suffix, "spec", args.max_tokens))
+            out = engine.complete(request(c.prefix, c.suffix, "spec", args.typing_max_tokens))
             s = out.stats
             rows.append({"task": c.id, "prefix_tokens": pt, "prompt_tokens": s.prompt_tokens,
                          "prefill_ms": s.prefill_ms, "ttft_ms": s.ttft_ms, "total_ms": s.total_ms})
             print(f"{c.id} p{pt}: {s.prompt_tokens} tokens, prefill {s.prefill_ms:.0f} ms", file=sys.stderr, flush=True)
-    print(f"\n{len(chosen)} tasks ({args.tasks}), cold speculative requests, max {args.max_tokens} tokens; medians")
+    print(f"\n{len(chosen)} tasks ({args.tasks}), cold speculative requests, max {args.typing_max_tokens} tokens; medians")
     print("| prefix window | prompt tokens | prefill ms | time to first token ms | total ms |")
     print("|---|---|---|---|---|")
-    for pt in _ints(args.prefix_tokens):
+    for pt in _ints(args.cold_prefix_tokens):
         rs = [r for r in rows if r["prefix_tokens"] == pt]
         print(f"| {pt} | {statistics.median(r['prompt_tokens'] for r in rs):.0f} | "
               f"{statistics.median(r['prefill_ms'] for r in rs):.0f} | {statistics.median(r['ttft_ms'] for r in rs):.0f} | "
               f"{statistics.median(r['total_ms'] for r in rs):.0f} |")
+    return rows
+
+
+def tokens(tokenizer, args, chosen: list[Case]) -> list[dict]:
+    """Tokenizer only: type each task's whole line, a character per keystroke, and count the
+    prompt tokens after the longest prefix shared with the keystroke before (what a KV cache
+    holding the previous prompt must compute, the last token included)."""
+    rows = []
+    for lay in args.layouts.split(","):
+        builder = (SpmBuilder if lay == "spm" else PromptBuilder)(
+            tokenizer, PromptWindows(**({} if lay == "spm" else {"prompt_layout": lay})))
+        for c in chosen:
+            typed = c.prefix[len(c.before):] + c.target
+            indent = len(typed) - len(typed.lstrip())
+            prev = builder.build(c.before.rsplit("\n", 1)[0], c.after)
+            for n in range(indent, len(typed) + 1):
+                ids = builder.build(c.before + typed[:n], c.after)
+                same = next((i for i, (a, b) in enumerate(zip(prev, ids)) if a != b), min(len(prev), len(ids)))
+                same = min(same, len(ids) - 1)
+                rows.append({"task": c.id, "layout": lay, "step": "line change" if n == indent else "keystroke",
+                             "computed": len(ids) - same, "prompt_tokens": len(ids)})
+                prev = ids
+    print(f"\n{len(chosen)} tasks ({args.tasks}), each line typed a character at a time into a document without it")
+    print("| layout | step | requests | prompt tokens computed: median | mean | p90 |")
+    print("|---|---|---|---|---|---|")
+    for lay in args.layouts.split(","):
+        for what in ("line change", "keystroke"):
+            xs = sorted(r["computed"] for r in rows if r["layout"] == lay and r["step"] == what)
+            print(f"| {lay} | {what} | {len(xs)} | {statistics.median(xs):.0f} | {statistics.mean(xs):.1f} | "
+                  f"{xs[int(0.9 * (len(xs) - 1))]} |")
     return rows
 
 
@@ -222,7 +288,7 @@ def _ints(text: str) -> list[int]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("study", choices=("quality", "typing", "cold"))
+    ap.add_argument("study", help="quality, typing, cold or tokens; several of the first three, comma-separated, share one model load")
     ap.add_argument("--tasks", choices=("lines", "bench"), default="lines")
     ap.add_argument("--split", choices=("dev", "test", "all"), default="test")
     ap.add_argument("--only", default="", help="comma-separated task ids")
@@ -231,9 +297,12 @@ def main() -> int:
     ap.add_argument("--layouts", default="psm,psm-line")
     ap.add_argument("--prefix-tokens", default="1024")
     ap.add_argument("--suffix-tokens", default="32")
+    ap.add_argument("--cold-prefix-tokens", default="256,512,1024,2048", help="cold: prefix windows")
     ap.add_argument("--contexts", default="none")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--n", type=int, default=6, help="typing: keystrokes per line")
+    ap.add_argument("--typing-max-tokens", type=int, default=8, help="typing and cold: completion length")
+    ap.add_argument("--typing-tasks", type=int, default=8, help="typing and cold: the first N chosen tasks")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     chosen = cases(args.tasks, args.split)
@@ -243,10 +312,18 @@ def main() -> int:
     chosen = chosen[args.skip:]
     if args.first:
         chosen = chosen[: args.first]
+    rows = {}
+    if args.study == "tokens":
+        rows["tokens"] = tokens(Tokenizer.from_file(model_directory(DEFAULT_TARGET) / "tokenizer.json"), args, chosen)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        return 0
     engine = build_engine(EngineConfig())
-    rows = {"quality": quality, "typing": typing, "cold": cold}[args.study](engine, args, chosen)
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+    studies = {"quality": quality, "typing": typing, "cold": cold}
+    for study in args.study.split(","):
+        rows[study] = studies[study](engine, args, chosen[: args.typing_tasks] if study != "quality" else chosen)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
     return 0
 
 
