@@ -725,19 +725,22 @@ GG_T512 static inline __attribute__((always_inline)) __m256i rows8(const int R, 
     return reduce8(p);
 }
 
-/* Q4_K, R rows (R <= 8) of Q8_K activations; xd[8 i + j] = row j's scale of super-block i.
+/* Q4_K, R rows (R <= 8) of Q8_K activations, super-blocks i0 .. i1 - 1 of weight row w, each row's
+ * accumulator carried in and out through out[j] (0 before super-block 0: the float steps and their
+ * order are those of one pass over all super-blocks); xd[8 i + j] = row j's scale of super-block i.
  * Per 64 elements the codes [sub-block 2c | 2c+1] fill one 512-bit vector; per row one
  * vpmaddubsw (exact: codes < 16) and one vpdpwssd with the two sub-blocks' scales. */
-GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int R, const block_q4_K *w, int64_t nsb,
-                                                                       const uint8_t *const *xr, const float *xd,
-                                                                       float *out) {
+GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int R, const block_q4_K *w, int64_t i0,
+                                                                       int64_t i1, const uint8_t *const *xr,
+                                                                       const float *xd, float *out) {
     const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
     const __m512i m4 = _mm512_set1_epi8(0xF);
     /* bytes 8..15 of the unpacked scales (the mins), each twice: int16 lanes m0 m0 m1 m1 .. m7 m7 */
     const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    __m256 acc = _mm256_setzero_ps();
-    float acc1 = 0.0f;
-    for (int64_t i = 0; i < nsb; i++) {
+    float acc1 = out[0], init[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < R; j++) init[j] = out[j];
+    __m256 acc = _mm256_loadu_ps(init);
+    for (int64_t i = i0; i < i1; i++) {
         const block_q4_K *b = w + i;
         prefetch_span(b, sizeof(block_q4_K));
         uint32_t u[4];
@@ -801,22 +804,23 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int
     }
 }
 
-/* Q6_K, R rows (R <= 8) of Q8_K activations (xd as tile512_q4_K). Per 128 elements the 6-bit
+/* Q6_K, R rows (R <= 8) of Q8_K activations (i0, i1, out and xd as tile512_q4_K). Per 128 elements the 6-bit
  * codes of [elements 0..63 | 64..127] fill two 512-bit vectors (llama.cpp's bit layout, unsigned
  * 0..63); per row one vpmaddubsw and one vpdpwssd with the four 16-element sub-blocks' scales
  * each; the -32 offset through the row's 16-element sums, once per super-block. */
-GG_T512 static inline __attribute__((always_inline)) void tile512_q6_K(const int R, const block_q6_K *w, int64_t nsb,
-                                                                       const uint8_t *const *xr, const float *xd,
-                                                                       float *out) {
+GG_T512 static inline __attribute__((always_inline)) void tile512_q6_K(const int R, const block_q6_K *w, int64_t i0,
+                                                                       int64_t i1, const uint8_t *const *xr,
+                                                                       const float *xd, float *out) {
     const __m512i m15 = _mm512_set1_epi8(15);
     /* per 256-bit half: the high bits' masks and shifts into bits 4..5 of each code */
     const __m512i mlo = _mm512_inserti64x4(_mm512_set1_epi8(3), _mm256_set1_epi8(12), 1);
     const __m512i mhi = _mm512_inserti64x4(_mm512_set1_epi8(48), _mm256_set1_epi8((char)0xC0), 1);
     const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i shr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-    __m256 acc = _mm256_setzero_ps();
-    float acc1 = 0.0f;
-    for (int64_t i = 0; i < nsb; i++) {
+    float acc1 = out[0], init[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    for (int j = 0; j < R; j++) init[j] = out[j];
+    __m256 acc = _mm256_loadu_ps(init);
+    for (int64_t i = i0; i < i1; i++) {
         const block_q6_K *b = w + i;
         prefetch_span(b, sizeof(block_q6_K));
         const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
@@ -923,15 +927,17 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_b32(const int 
     for (int j = 0; j < R; j++) out[j] = hsum8_ref(lane[j]);
 }
 
-/* one weight row against R activation rows (R <= 8) at AVX-512 */
+/* one weight row against R activation rows (R <= 8) at AVX-512: the 32-element formats over the
+ * whole row (out written), the K-quants over super-blocks i0 .. i1 - 1 (out carried in and out) */
 GG_T512 static inline __attribute__((always_inline)) void tile512(int type, const int R, const uint8_t *w, int64_t k,
-                                                                  const uint8_t *const *xr, const float *xd, float *out) {
+                                                                  int64_t i0, int64_t i1, const uint8_t *const *xr,
+                                                                  const float *xd, float *out) {
     switch (type) {
     case GG_Q4_0: tile512_b32(GG_Q4_0, R, w, k / QK32, xr, out); break;
     case GG_Q5_0: tile512_b32(GG_Q5_0, R, w, k / QK32, xr, out); break;
     case GG_Q8_0: tile512_b32(GG_Q8_0, R, w, k / QK32, xr, out); break;
-    case GG_Q4_K: tile512_q4_K(R, (const block_q4_K *)w, k / QK_K, xr, xd, out); break;
-    default: tile512_q6_K(R, (const block_q6_K *)w, k / QK_K, xr, xd, out); break;
+    case GG_Q4_K: tile512_q4_K(R, (const block_q4_K *)w, i0, i1, xr, xd, out); break;
+    default: tile512_q6_K(R, (const block_q6_K *)w, i0, i1, xr, xd, out); break;
     }
 }
 #endif /* GG_AVX2 */
@@ -982,37 +988,61 @@ static void gemm_part(int type, const uint8_t *w, int64_t k, const uint8_t *act,
  * never 8 + 1): tile t of T starts at row n * t / T */
 static inline int64_t tile_start(int64_t n, int64_t tiles, int64_t t) { return n * t / tiles; }
 
+/* activation bytes of one row tile kept in L1 while a chunk of weight rows passes over it: the
+ * K-quants' super-blocks go in chunks of this many bytes of the tile's Q8_K rows (a wide input,
+ * the 1.5B's ffn_down at 8960, is 82 KB for 8 rows); each output's accumulator waits in y between
+ * chunks, so its float steps and their order stay those of one pass */
+#define TILE_L1_BYTES (24 * 1024)
+
 /* gemm_part at AVX-512: tiles of up to 8 rows */
 GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
                                  int64_t ldy, int64_t o0, int64_t o1) {
     const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k), nsb = k / QK_K;
-    float xd[nsb > 0 ? 8 * nsb : 8]; /* K-quants: the tile's activation scales, row j of super-block i at 8 i + j */
+    const int kq = is_k_quant(type);
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
         const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, tiles = (b1 - b0 + ROW_TILE512 - 1) / ROW_TILE512;
+        const int64_t rmax = (b1 - b0 + tiles - 1) / tiles; /* the largest tile's rows */
+        int64_t kc = kq ? TILE_L1_BYTES / (rmax * (int64_t)sizeof(block_q8_K)) : 1;
+        if (kc < 1) kc = 1;
+        if (!kq || kc > nsb) kc = kq ? nsb : 1;
+        /* per tile: its first row, rows, activation rows and (K-quants) scales, xd[8 i + j] */
+        int64_t r0s[ROW_BLOCK / ROW_TILE512];
+        int Rs[ROW_BLOCK / ROW_TILE512];
+        const uint8_t *xrs[ROW_BLOCK / ROW_TILE512][ROW_TILE512];
+        float xds[ROW_BLOCK / ROW_TILE512][kq ? 8 * nsb : 1];
+        for (int64_t t = 0; t < tiles; t++) {
+            r0s[t] = b0 + tile_start(b1 - b0, tiles, t);
+            Rs[t] = (int)(b0 + tile_start(b1 - b0, tiles, t + 1) - r0s[t]);
+            for (int j = 0; j < Rs[t]; j++) xrs[t][j] = act + (r0s[t] + j) * arb;
+            if (kq)
+                for (int64_t i = 0; i < nsb; i++)
+                    for (int j = 0; j < 8; j++) xds[t][8 * i + j] = j < Rs[t] ? ((const block_q8_K *)xrs[t][j])[i].d : 0.0f;
+        }
         for (int64_t c0 = o0; c0 < o1; c0 += OCHUNK) {
             const int64_t c1 = c0 + OCHUNK < o1 ? c0 + OCHUNK : o1;
-            for (int64_t t = 0; t < tiles; t++) {
-                const int64_t r0 = b0 + tile_start(b1 - b0, tiles, t);
-                const int R = (int)(b0 + tile_start(b1 - b0, tiles, t + 1) - r0);
-                const uint8_t *xr[ROW_TILE512];
-                for (int j = 0; j < R; j++) xr[j] = act + (r0 + j) * arb;
-                if (is_k_quant(type))
-                    for (int64_t i = 0; i < nsb; i++)
-                        for (int j = 0; j < 8; j++) xd[8 * i + j] = j < R ? ((const block_q8_K *)xr[j])[i].d : 0.0f;
-                for (int64_t o = c0; o < c1; o++) {
-                    float out[ROW_TILE512];
-                    const uint8_t *wr = w + o * wrb;
-                    switch (R) {
-                    case 8: tile512(type, 8, wr, k, xr, xd, out); break;
-                    case 7: tile512(type, 7, wr, k, xr, xd, out); break;
-                    case 6: tile512(type, 6, wr, k, xr, xd, out); break;
-                    case 5: tile512(type, 5, wr, k, xr, xd, out); break;
-                    case 4: tile512(type, 4, wr, k, xr, xd, out); break;
-                    case 3: tile512(type, 3, wr, k, xr, xd, out); break;
-                    case 2: tile512(type, 2, wr, k, xr, xd, out); break;
-                    default: tile512(type, 1, wr, k, xr, xd, out); break;
+            for (int64_t s0 = 0; s0 < (kq ? nsb : 1); s0 += kc) {
+                const int64_t s1 = kq && s0 + kc < nsb ? s0 + kc : nsb;
+                for (int64_t t = 0; t < tiles; t++) {
+                    const int R = Rs[t];
+                    const int64_t r0 = r0s[t];
+                    for (int64_t o = c0; o < c1; o++) {
+                        float out[ROW_TILE512];
+                        for (int j = 0; j < R; j++) out[j] = s0 ? y[(r0 + j) * ldy + o] : 0.0f;
+                        const uint8_t *wr = w + o * wrb;
+                        const uint8_t *const *xr = xrs[t];
+                        const float *xd = xds[t];
+                        switch (R) {
+                        case 8: tile512(type, 8, wr, k, s0, s1, xr, xd, out); break;
+                        case 7: tile512(type, 7, wr, k, s0, s1, xr, xd, out); break;
+                        case 6: tile512(type, 6, wr, k, s0, s1, xr, xd, out); break;
+                        case 5: tile512(type, 5, wr, k, s0, s1, xr, xd, out); break;
+                        case 4: tile512(type, 4, wr, k, s0, s1, xr, xd, out); break;
+                        case 3: tile512(type, 3, wr, k, s0, s1, xr, xd, out); break;
+                        case 2: tile512(type, 2, wr, k, s0, s1, xr, xd, out); break;
+                        default: tile512(type, 1, wr, k, s0, s1, xr, xd, out); break;
+                        }
+                        for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = out[j];
                     }
-                    for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = out[j];
                 }
             }
         }
