@@ -46,23 +46,25 @@ def draft_gguf() -> Path:
     return path
 
 
-def llama_server(log: Path, model: Path | None = None) -> LlamaServer:
+def llama_server(log: Path, model: Path | None = None, extra: tuple[str, ...] = ()) -> LlamaServer:
     bins = find_binaries()
     if bins is None:
         pytest.skip(unavailable_note())
-    return LlamaServer(bins, model or draft_gguf(), threads=int(THREADS), ctx=CTX, log_path=log).start(
+    # --no-repack: see tests/llama_cpp_server.py (ggml's AMX repacking crashes on this machine class)
+    return LlamaServer(bins, model or draft_gguf(), threads=int(THREADS), ctx=CTX, extra_args=("--no-repack", *extra),
+                       log_path=log).start(
         SERVER_START_TIMEOUT_S)
 
 
 class LlamaCppPythonServer:
     """``python -m llama_cpp.server`` on a free port; ``url`` is its OpenAI base (``.../v1``)."""
 
-    def __init__(self, model: Path, log: Path) -> None:
+    def __init__(self, model: Path, log: Path, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log = open(log, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llama_cpp.server", "--model", str(model), "--host", "127.0.0.1",
-             "--port", str(self.port), "--n_ctx", str(CTX), "--n_threads", THREADS, "--n_threads_batch", THREADS],
+            [sys.executable, str(Path(__file__).with_name("llama_cpp_server.py")), "--model", str(model), "--host", "127.0.0.1",
+             "--port", str(self.port), "--n_ctx", str(CTX), "--n_threads", THREADS, "--n_threads_batch", THREADS, *extra],
             stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         self.log_path = log
 
@@ -97,13 +99,13 @@ class LlamaCppPythonServer:
         self.log.close()
 
 
-def llama_cpp_python_server(log: Path, model: Path | None = None) -> LlamaCppPythonServer:
+def llama_cpp_python_server(log: Path, model: Path | None = None, extra: tuple[str, ...] = ()) -> LlamaCppPythonServer:
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("sse_starlette") is None:
         why = "llama-cpp-python[server] is not installed: pip install -e '.[test]'"
         if in_ci():
             pytest.fail(f"{why}; CI is set, so the remote-backend tests must run")
         pytest.skip(why)
-    return LlamaCppPythonServer(model or draft_gguf(), log).wait_ready()
+    return LlamaCppPythonServer(model or draft_gguf(), log, extra).wait_ready()
 
 
 def post(url: str, body: dict, timeout: float = 120) -> dict:

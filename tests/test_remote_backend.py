@@ -20,7 +20,9 @@ from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
 from specd.bench.llamacpp_bin import infill_body
 from tests.daemon_harness import first_delta, read_until_terminal, send, short_dir, wait_for
-from tests.remote_servers import CTX, RemoteDaemon, get, llama_cpp_python_server, llama_server, post
+from specd.daemon.client import DaemonError
+from tests.remote_servers import (CTX, RemoteDaemon, get, llama_cpp_python_server, llama_server, post,
+                                  write_no_fim_gguf)
 
 BACKENDS = ["llama-server", "openai@llama-server", "openai@llama-cpp-python"]
 PROMPTS = [  # (prefix, suffix): short enough that no window cuts them
@@ -102,9 +104,9 @@ def test_health_names_the_remote_server_and_no_local_models(remote) -> None:
 def test_text_is_the_servers_greedy_text_post_processed_like_local(remote, prefix: str, suffix: str) -> None:
     with remote.client() as c:
         deltas: list[str] = []
-        out = c.call("complete", {"prefix": prefix, "suffix": suffix, "max_tokens": 48, "stream": True},
+        out = c.call("complete", {"prefix": prefix, "suffix": suffix, "max_tokens": 24, "stream": True},
                      on_delta=deltas.append)
-    raw = raw_greedy(remote, prefix, suffix, 48)
+    raw = raw_greedy(remote, prefix, suffix, 24)
     assert out["text"] == post_processed(raw, prefix, suffix)
     assert "".join(deltas) == out["text"]  # what streamed is what was returned
     assert out["stats"]["mode"] == "remote" and out["stats"]["new_tokens"] > 0
@@ -113,9 +115,9 @@ def test_text_is_the_servers_greedy_text_post_processed_like_local(remote, prefi
 def test_request_stop_strings_end_the_text(remote) -> None:
     prefix, suffix = PROMPTS[2]
     with remote.client() as c:
-        whole = c.call("complete", {"prefix": prefix, "suffix": suffix, "max_tokens": 48})["text"]
+        whole = c.call("complete", {"prefix": prefix, "suffix": suffix, "max_tokens": 24})["text"]
         assert "\n" in whole, "the prompt should give a multi-line completion"
-        cut = c.call("complete", {"prefix": prefix, "suffix": suffix, "max_tokens": 48, "stop": ["\n"]})
+        cut = c.call("complete", {"prefix": prefix, "suffix": suffix, "max_tokens": 24, "stop": ["\n"]})
     assert cut["text"] == whole.split("\n", 1)[0]
 
 
@@ -198,3 +200,64 @@ def remote_env(daemon) -> dict[str, str]:
     from tests.daemon_harness import env_for
 
     return env_for(daemon.socket.parent)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_a_model_without_fim_tokens_is_named_and_the_daemon_serves_on(kind: str, tmp_path) -> None:
+    model = write_no_fim_gguf(tmp_path / "no-fim.gguf")
+    driver, _, where = kind.partition("@")
+    where = where or "llama-server"
+    server = (llama_server(tmp_path / "server.log", model) if where == "llama-server"
+              else llama_cpp_python_server(tmp_path / "server.log", model))
+    try:
+        base = server.url if where == "llama-cpp-python" else server.url + ("/v1" if driver == "openai" else "")
+        daemon = RemoteDaemon(short_dir() / "s.sock", f"{driver}:{base}").wait_ready()
+        try:
+            with daemon.client() as c:
+                with pytest.raises(DaemonError) as info:
+                    c.call("complete", {"prefix": "def f():\n    ", "max_tokens": 8})
+                health = c.call("health")
+                stats = c.call("stats")
+            message = info.value.message
+            assert info.value.code == -32603
+            if driver == "openai":
+                assert "has no FIM tokens" in message, message
+            else:  # llama-server refuses /infill itself, and says why
+                assert "/infill" in message and "infill" in message.lower().split("/infill", 1)[1], message
+            assert health["status"] == "degraded" and stats["requests"]["failed"] == 1
+        finally:
+            assert daemon.stop() == 0, daemon.output()
+        assert "no FIM tokens" in daemon.output() or driver != "openai"  # said at start too
+    finally:
+        server.stop()
+
+
+def test_the_api_key_reaches_the_server_and_is_never_shown(tmp_path) -> None:
+    key = "sk-team-" + "7f3a9c"
+    try:
+        server = llama_cpp_python_server(tmp_path / "server.log", extra=("--api_key", key))
+        base = server.url
+    except pytest.skip.Exception:
+        server = llama_server(tmp_path / "server.log", extra=("--api-key", key))
+        base = server.url + "/v1"
+    try:
+        without = RemoteDaemon(short_dir() / "s.sock", f"openai:{base}").wait_ready()
+        try:
+            with without.client() as c:
+                with pytest.raises(DaemonError) as info:
+                    c.call("complete", {"prefix": "x = ", "max_tokens": 4})
+            assert "HTTP 401" in info.value.message, info.value.message
+        finally:
+            without.stop()
+        keyed = RemoteDaemon(short_dir() / "s.sock", f"openai:{base}", "--remote-api-key-env", "TEAM_KEY",
+                             env={"TEAM_KEY": key}).wait_ready()
+        try:
+            with keyed.client() as c:
+                out = c.call("complete", {"prefix": "def add(a, b):\n    ", "max_tokens": 8})
+                health = c.call("health")
+        finally:
+            keyed.stop()
+        assert out["stats"]["mode"] == "remote"
+        assert key not in json.dumps(health) and key not in keyed.output()
+    finally:
+        server.stop()

@@ -12,8 +12,10 @@ closes its connection at once (:mod:`specd.remote.http`).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
+from dataclasses import replace
 from typing import Any, Callable
 
 from specd.engine.endofcode import CodeEnd
@@ -22,7 +24,7 @@ from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
 from specd.remote.driver import Chunk, Driver
 from specd.remote.errors import RemoteError
-from specd.remote.http import Cancel, HttpClient
+from specd.remote.http import Cancel, HttpClient, HttpSettings, error_message
 from specd.remote.prompt import RemotePrompt
 from specd.requests import Cancelled, CompletionRequest
 
@@ -122,6 +124,9 @@ class RemoteBackend:
         try:
             with self.http.open("POST", self.driver.path, body, cancelled) as response:
                 for event in response.events():
+                    if isinstance(event, dict) and "error" in event:  # an error reported mid-stream
+                        raise RemoteError(f"{response.what}: the server reported an error: "
+                                          f"{error_message(json.dumps(event))}")
                     chunk = self.driver.parse(event)
                     _count(stats, chunk)
                     if chunk.text:
@@ -172,9 +177,8 @@ def _count(stats: GenerationStats, chunk: Chunk) -> None:
         stats.new_tokens = chunk.new_tokens
 
 
-def _shorter(http: HttpClient, timeout_s: float):
-    from dataclasses import replace
-
+def _shorter(http: HttpClient, timeout_s: float) -> HttpSettings:
+    """The client's settings with every wait at most ``timeout_s`` and no retry (health checks)."""
     s = http.settings
     return replace(s, connect_timeout_s=min(s.connect_timeout_s, timeout_s), timeout_s=min(s.timeout_s, timeout_s),
                    retries=0)

@@ -179,7 +179,8 @@ class HttpClient:
                 _sleep(RETRY_BACKOFF_S * attempt, cancelled)
             if cancelled is not None and cancelled():
                 raise Cancelled()
-            conn = self._connection(min(self.settings.connect_timeout_s, timeout_s or self.settings.connect_timeout_s))
+            wait = timeout_s or self.settings.timeout_s
+            conn = self._connection(min(self.settings.connect_timeout_s, wait))
             try:
                 conn.connect()
             except (OSError, ssl.SSLError) as e:
@@ -187,7 +188,7 @@ class HttpClient:
                 last = RemoteUnreachable(f"{what}: cannot connect: {_reason(e)}")
                 continue
             assert conn.sock is not None
-            conn.sock.settimeout(timeout_s or self.settings.timeout_s)
+            conn.sock.settimeout(wait)
             watch = _Watch(conn, cancelled)
             try:
                 conn.request(method, self.spec.base_path + path, body=data, headers=self.headers(data is not None))
@@ -198,7 +199,7 @@ class HttpClient:
                 if watch.fired:
                     raise Cancelled() from None
                 if isinstance(e, (socket.timeout, TimeoutError)):
-                    raise RemoteError(f"{what}: no answer for {timeout_s or self.settings.timeout_s:g} s "
+                    raise RemoteError(f"{what}: no answer for {wait:g} s "
                                       "(the server is slow or stuck; --remote-timeout)") from None
                 last = RemoteUnreachable(f"{what}: the connection broke before an answer: {_reason(e)}")
                 continue
