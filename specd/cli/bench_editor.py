@@ -17,6 +17,8 @@ from specd.bench.tasks import load_tasks, select_tasks
 from specd.cli.flags import engine_argv, engine_config
 from specd.lsp.settings import LspSettings
 from specd.lsp.shaping import RequestShaper
+from specd.remote.config import RemoteConfig
+from specd.schema import flag_argv
 
 
 def editor_bench(args: argparse.Namespace, default_out: Callable[[], Path]) -> int:
@@ -41,7 +43,7 @@ def editor_bench(args: argparse.Namespace, default_out: Callable[[], Path]) -> i
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise BenchError(f"--out {out}: {e}") from e
-    flags = engine_argv(args)
+    flags = engine_argv(args) + flag_argv(args, RemoteConfig)  # --backend ...: the daemon serves from a remote server
     bench = EditorBench(
         files=files, keys=tuple(script(len(files), preset)), preset=preset,
         shaper=lambda n: RequestShaper(LspSettings(max_tokens=n), root="/bench"),
