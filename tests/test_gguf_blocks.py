@@ -155,7 +155,7 @@ LEVELS = simd_levels()  # this CPU's: 0 (scalar reference), 2 (AVX2), 3 (AVX-512
 @pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
 def test_every_level_equals_the_reference_for_1_to_20_rows(qtype: T, level: int) -> None:
     """Each SIMD path (the scalar reference run by gg_gemm, AVX2's 4-row tiles, AVX-512's tiles of
-    up to 8 rows) gives every row the reference's bits, for every row count 1..20 (every tile size
+    up to 8 rows, or one of up to 12 for the K-quants) gives every row the reference's bits, for every row count 1..20 (every tile size
     and split) and odd numbers of output columns, with and without threads splitting them."""
     for k in WIDTHS[qtype][:2]:
         for cols in (13, 301):
@@ -181,7 +181,7 @@ def test_wide_inputs_in_chunks_equal_the_reference(qtype: T) -> None:
     ref = lin.reference(x)
     for level in LEVELS:
         with simd_level(level):
-            for n in (1, 2, 3, 5, 8, 9, 16, 20):
+            for n in (1, 2, 3, 5, 8, 9, 12, 13, 20):
                 assert np.array_equal(bits(lin(x[:n])), bits(ref[:n])), f"{qtype.name} level={level} n={n}"
 
 

@@ -706,12 +706,14 @@ static inline __attribute__((always_inline)) void tile(int type, const int R, co
 
 /* ---------------------------------------------------------------------------------------- */
 /* AVX-512 (F, BW, VL, DQ, VNNI): compiled for that target function by function, run only when  */
-/* the CPU has it (gg_simd). Tiles of up to 8 activation rows share each decoded weight block;   */
+/* the CPU has it (gg_simd). Tiles of up to 8 activation rows (a K-quant call of 9..12 rows: one  */
+/* tile) share each decoded weight block;                                                         */
 /* the K-quants' float steps run for the 8 rows at once, row j in float lane j, each lane the    */
 /* reference's scalar fused multiply-adds in the reference's order (lanes never mix).            */
 
 #define GG_T512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
-#define ROW_TILE512 8
+#define ROW_TILE512 12 /* K-quants: the most activation rows per tile (two groups of float lanes) */
+#define ROW_TILE512_B32 8 /* 32-element formats: rows per tile (8 float lanes per row) */
 
 /* the low and high 256-bit halves of 16 int32 lanes added (exact) */
 GG_T512 static inline __m256i fold512(__m512i v) {
@@ -725,9 +727,10 @@ GG_T512 static inline __attribute__((always_inline)) __m256i rows8(const int R, 
     return reduce8(p);
 }
 
-/* Q4_K, R rows (R <= 8) of Q8_K activations, super-blocks i0 .. i1 - 1 of weight row w, each row's
+/* Q4_K, R rows (R <= ROW_TILE512) of Q8_K activations, super-blocks i0 .. i1 - 1 of weight row w, each row's
  * accumulator carried in and out through out[j] (0 before super-block 0: the float steps and their
- * order are those of one pass over all super-blocks); xd[8 i + j] = row j's scale of super-block i.
+ * order are those of one pass over all super-blocks); xd[16 i + j] = row j's scale of super-block i.
+ * Rows 0..7 and 8.. take the float lanes of two vectors.
  * Per 64 elements the codes [sub-block 2c | 2c+1] fill one 512-bit vector; per row one
  * vpmaddubsw (exact: codes < 16) and one vpdpwssd with the two sub-blocks' scales. */
 GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int R, const block_q4_K *w, int64_t i0,
@@ -737,9 +740,9 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int
     const __m512i m4 = _mm512_set1_epi8(0xF);
     /* bytes 8..15 of the unpacked scales (the mins), each twice: int16 lanes m0 m0 m1 m1 .. m7 m7 */
     const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
-    float acc1 = out[0], init[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float acc1 = out[0], init[16] = {0.0f}; /* (lanes 8..15: rows 8..11, the rest unused) */
     for (int j = 0; j < R; j++) init[j] = out[j];
-    __m256 acc = _mm256_loadu_ps(init);
+    __m256 acc[2] = {_mm256_loadu_ps(init), _mm256_loadu_ps(init + 8)}; /* rows 0..7, 8..15 */
     for (int64_t i = i0; i < i1; i++) {
         const block_q4_K *b = w + i;
         prefetch_span(b, sizeof(block_q4_K));
@@ -784,27 +787,31 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q4_K(const int
             ms[j] = _mm256_madd_epi16(mins, bs);
         }
         if (R == 1) {
-            const float xd0 = xd[8 * i];
+            const float xd0 = xd[16 * i];
             acc1 = fmaf((float)hsum_i32(is[0]), dw * xd0, acc1);
             acc1 = fmaf((float)-hsum_i32(ms[0]), mw * xd0, acc1);
         } else {
-            const __m256 x8 = _mm256_loadu_ps(xd + 8 * i);
-            const __m256i isum = rows8(R, is), msum = rows8(R, ms);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(dw), x8), acc);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), msum)),
-                                  _mm256_mul_ps(_mm256_set1_ps(mw), x8), acc);
+            for (int g = 0; g < 2 && 8 * g < R; g++) {
+                const int Rg = R - 8 * g < 8 ? R - 8 * g : 8;
+                const __m256 x8 = _mm256_loadu_ps(xd + 16 * i + 8 * g);
+                const __m256i isum = rows8(Rg, is + 8 * g), msum = rows8(Rg, ms + 8 * g);
+                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(_mm256_set1_ps(dw), x8), acc[g]);
+                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), msum)),
+                                         _mm256_mul_ps(_mm256_set1_ps(mw), x8), acc[g]);
+            }
         }
     }
     if (R == 1) {
         out[0] = acc1;
     } else {
-        float lane[8];
-        _mm256_storeu_ps(lane, acc);
+        float lane[16];
+        _mm256_storeu_ps(lane, acc[0]);
+        _mm256_storeu_ps(lane + 8, acc[1]);
         for (int j = 0; j < R; j++) out[j] = lane[j];
     }
 }
 
-/* Q6_K, R rows (R <= 8) of Q8_K activations (i0, i1, out and xd as tile512_q4_K). Per 128 elements the 6-bit
+/* Q6_K, R rows (R <= ROW_TILE512) of Q8_K activations (i0, i1, out and xd as tile512_q4_K). Per 128 elements the 6-bit
  * codes of [elements 0..63 | 64..127] fill two 512-bit vectors (llama.cpp's bit layout, unsigned
  * 0..63); per row one vpmaddubsw and one vpdpwssd with the four 16-element sub-blocks' scales
  * each; the -32 offset through the row's 16-element sums, once per super-block. */
@@ -817,9 +824,9 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q6_K(const int
     const __m512i mhi = _mm512_inserti64x4(_mm512_set1_epi8(48), _mm256_set1_epi8((char)0xC0), 1);
     const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i shr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
-    float acc1 = out[0], init[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    float acc1 = out[0], init[16] = {0.0f}; /* (lanes 8..15: rows 8..11, the rest unused) */
     for (int j = 0; j < R; j++) init[j] = out[j];
-    __m256 acc = _mm256_loadu_ps(init);
+    __m256 acc[2] = {_mm256_loadu_ps(init), _mm256_loadu_ps(init + 8)}; /* rows 0..7, 8..15 */
     for (int64_t i = i0; i < i1; i++) {
         const block_q6_K *b = w + i;
         prefetch_span(b, sizeof(block_q6_K));
@@ -856,17 +863,21 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_q6_K(const int
             is[j] = _mm256_sub_epi32(fold512(sumi[j]), _mm256_slli_epi32(_mm256_madd_epi16(sc16, bs), 5));
         }
         if (R == 1) {
-            acc1 = fmaf((float)hsum_i32(is[0]), dw * xd[8 * i], acc1);
+            acc1 = fmaf((float)hsum_i32(is[0]), dw * xd[16 * i], acc1);
         } else {
-            const __m256 x8 = _mm256_loadu_ps(xd + 8 * i);
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows8(R, is)), _mm256_mul_ps(_mm256_set1_ps(dw), x8), acc);
+            for (int g = 0; g < 2 && 8 * g < R; g++) {
+                const int Rg = R - 8 * g < 8 ? R - 8 * g : 8;
+                const __m256 x8 = _mm256_loadu_ps(xd + 16 * i + 8 * g);
+                acc[g] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows8(Rg, is + 8 * g)), _mm256_mul_ps(_mm256_set1_ps(dw), x8), acc[g]);
+            }
         }
     }
     if (R == 1) {
         out[0] = acc1;
     } else {
-        float lane[8];
-        _mm256_storeu_ps(lane, acc);
+        float lane[16];
+        _mm256_storeu_ps(lane, acc[0]);
+        _mm256_storeu_ps(lane + 8, acc[1]);
         for (int j = 0; j < R; j++) out[j] = lane[j];
     }
 }
@@ -878,7 +889,7 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_b32(const int 
                                                                       int64_t nb, const uint8_t *const *xr, float *out) {
     const int64_t bsz = type == GG_Q8_0 ? sizeof(block_q8_0) : type == GG_Q5_0 ? sizeof(block_q5_0) : sizeof(block_q4_0);
     const int shift = type == GG_Q8_0 ? 0 : type == GG_Q5_0 ? 4 : 3;
-    __m256 acc[ROW_TILE512];
+    __m256 acc[ROW_TILE512_B32];
     for (int j = 0; j < R; j++) acc[j] = _mm256_setzero_ps();
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
@@ -910,7 +921,7 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_b32(const int 
             acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(tot), s, acc[j]);
         }
     }
-    float lane[ROW_TILE512][8];
+    float lane[ROW_TILE512_B32][8];
     for (int j = 0; j < R; j++) _mm256_storeu_ps(lane[j], acc[j]);
     for (; b < nb; b++) { /* the last nb % 8 blocks, one at a time, each into its lane */
         const uint8_t *blk = w + b * bsz;
@@ -932,10 +943,11 @@ GG_T512 static inline __attribute__((always_inline)) void tile512_b32(const int 
 GG_T512 static inline __attribute__((always_inline)) void tile512(int type, const int R, const uint8_t *w, int64_t k,
                                                                   int64_t i0, int64_t i1, const uint8_t *const *xr,
                                                                   const float *xd, float *out) {
+    if (R > ROW_TILE512_B32 && !is_k_quant(type)) return; /* (never: their tiles hold at most 8 rows) */
     switch (type) {
-    case GG_Q4_0: tile512_b32(GG_Q4_0, R, w, k / QK32, xr, out); break;
-    case GG_Q5_0: tile512_b32(GG_Q5_0, R, w, k / QK32, xr, out); break;
-    case GG_Q8_0: tile512_b32(GG_Q8_0, R, w, k / QK32, xr, out); break;
+    case GG_Q4_0: tile512_b32(GG_Q4_0, R <= 8 ? R : 8, w, k / QK32, xr, out); break;
+    case GG_Q5_0: tile512_b32(GG_Q5_0, R <= 8 ? R : 8, w, k / QK32, xr, out); break;
+    case GG_Q8_0: tile512_b32(GG_Q8_0, R <= 8 ? R : 8, w, k / QK32, xr, out); break;
     case GG_Q4_K: tile512_q4_K(R, (const block_q4_K *)w, i0, i1, xr, xd, out); break;
     default: tile512_q6_K(R, (const block_q6_K *)w, i0, i1, xr, xd, out); break;
     }
@@ -994,29 +1006,32 @@ static inline int64_t tile_start(int64_t n, int64_t tiles, int64_t t) { return n
  * chunks, so its float steps and their order stay those of one pass */
 #define TILE_L1_BYTES (24 * 1024)
 
-/* gemm_part at AVX-512: tiles of up to 8 rows */
+/* gemm_part at AVX-512: tiles of up to 8 rows, or one of up to 12 (K-quants) */
 GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
                                  int64_t ldy, int64_t o0, int64_t o1) {
     const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k), nsb = k / QK_K;
     const int kq = is_k_quant(type);
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
-        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, tiles = (b1 - b0 + ROW_TILE512 - 1) / ROW_TILE512;
+        /* tiles of at most 8 rows (more spill registers), but a K-quant call of 9..ROW_TILE512 rows
+         * (a verification) in one tile: its weights decoded once */
+        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n;
+        const int64_t tiles = kq && b1 - b0 <= ROW_TILE512 ? 1 : (b1 - b0 + ROW_TILE512_B32 - 1) / ROW_TILE512_B32;
         const int64_t rmax = (b1 - b0 + tiles - 1) / tiles; /* the largest tile's rows */
         int64_t kc = kq ? TILE_L1_BYTES / (rmax * (int64_t)sizeof(block_q8_K)) : 1;
         if (kc < 1) kc = 1;
         if (!kq || kc > nsb) kc = kq ? nsb : 1;
-        /* per tile: its first row, rows, activation rows and (K-quants) scales, xd[8 i + j] */
-        int64_t r0s[ROW_BLOCK / ROW_TILE512];
-        int Rs[ROW_BLOCK / ROW_TILE512];
-        const uint8_t *xrs[ROW_BLOCK / ROW_TILE512][ROW_TILE512];
-        float xds[ROW_BLOCK / ROW_TILE512][kq ? 8 * nsb : 1];
+        /* per tile: its first row, rows, activation rows and (K-quants) scales, xd[16 i + j] */
+        int64_t r0s[ROW_BLOCK / ROW_TILE512_B32];
+        int Rs[ROW_BLOCK / ROW_TILE512_B32];
+        const uint8_t *xrs[ROW_BLOCK / ROW_TILE512_B32][ROW_TILE512];
+        float xds[ROW_BLOCK / ROW_TILE512_B32][kq ? 16 * nsb : 1];
         for (int64_t t = 0; t < tiles; t++) {
             r0s[t] = b0 + tile_start(b1 - b0, tiles, t);
             Rs[t] = (int)(b0 + tile_start(b1 - b0, tiles, t + 1) - r0s[t]);
             for (int j = 0; j < Rs[t]; j++) xrs[t][j] = act + (r0s[t] + j) * arb;
             if (kq)
                 for (int64_t i = 0; i < nsb; i++)
-                    for (int j = 0; j < 8; j++) xds[t][8 * i + j] = j < Rs[t] ? ((const block_q8_K *)xrs[t][j])[i].d : 0.0f;
+                    for (int j = 0; j < 16; j++) xds[t][16 * i + j] = j < Rs[t] ? ((const block_q8_K *)xrs[t][j])[i].d : 0.0f;
         }
         for (int64_t c0 = o0; c0 < o1; c0 += OCHUNK) {
             const int64_t c1 = c0 + OCHUNK < o1 ? c0 + OCHUNK : o1;
@@ -1032,6 +1047,10 @@ GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const ui
                         const uint8_t *const *xr = xrs[t];
                         const float *xd = xds[t];
                         switch (R) {
+                        case 12: tile512(type, 12, wr, k, s0, s1, xr, xd, out); break;
+                        case 11: tile512(type, 11, wr, k, s0, s1, xr, xd, out); break;
+                        case 10: tile512(type, 10, wr, k, s0, s1, xr, xd, out); break;
+                        case 9: tile512(type, 9, wr, k, s0, s1, xr, xd, out); break;
                         case 8: tile512(type, 8, wr, k, s0, s1, xr, xd, out); break;
                         case 7: tile512(type, 7, wr, k, s0, s1, xr, xd, out); break;
                         case 6: tile512(type, 6, wr, k, s0, s1, xr, xd, out); break;
