@@ -20,10 +20,14 @@
  *         acc = fma((float) isum, d_w * d_x, acc)   [Q4_K also: acc = fma((float) -msum, dmin_w * d_x, acc)]
  *     where isum is the exact integer sum of scale-weighted code products of the block (Q4_K:
  *     sum_j sc_j * sum_i q_ji x_ji; msum = sum_j m_j * sum_i x_ji; Q6_K: sum_j sc_j * sum_i (q_ji - 32) x_ji).
- * The AVX2 path performs exactly these float operations, so it equals the scalar reference bit
- * for bit, for every row whatever the number of rows in the call, the row's place in a row tile
+ * The AVX2 and AVX-512 paths perform exactly these float operations (AVX-512 runs the K-quants'
+ * per-row steps for several rows at once, one row per float lane, and may pause a row's
+ * accumulation between chunks of super-blocks, keeping it in y), so they equal the scalar reference
+ * bit for bit, for every row whatever the number of rows in the call, the row's place in a row tile
  * or the thread count (the threads split the output columns).
  *
+ * Paths, chosen per call at run time (gg_simd): the scalar reference, AVX2 (the build's baseline
+ * on x86-64) and AVX-512 F/BW/VL/DQ + VNNI where the CPU has it (SPECD_GG_SIMD caps the choice).
  * Threads: OpenMP over output columns, sharing torch's pool as the other kernels (q8kernel.c).
  * Without AVX2 at compile time (another architecture) the scalar reference runs.
  *
