@@ -174,14 +174,15 @@ def test_every_level_equals_the_reference_for_1_to_20_rows(qtype: T, level: int)
 def test_wide_inputs_in_chunks_equal_the_reference(qtype: T) -> None:
     """A wide input (8960, the 1.5B target's ffn_down: 35 super-blocks) runs its super-blocks in
     chunks that keep a row tile's activations in L1, each output's accumulator carried between
-    chunks: still the reference's bits for every row count, at every level."""
+    chunks, and with three row tiles or more each super-block is decoded once for all of them:
+    still the reference's bits for every row count, at every level."""
     k = 8960
     lin = layer(qtype, 19, k, seed=11)
-    x = torch.randn(20, k, generator=torch.Generator().manual_seed(11))
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(11))
     ref = lin.reference(x)
     for level in LEVELS:
         with simd_level(level):
-            for n in (1, 2, 3, 5, 8, 9, 12, 13, 20):
+            for n in (1, 2, 3, 5, 8, 9, 12, 13, 20, 24, 64):
                 assert np.array_equal(bits(lin(x[:n])), bits(ref[:n])), f"{qtype.name} level={level} n={n}"
 
 

@@ -1004,6 +1004,142 @@ static void gemm_part(int type, const uint8_t *w, int64_t k, const uint8_t *act,
  * never 8 + 1): tile t of T starts at row n * t / T */
 static inline int64_t tile_start(int64_t n, int64_t tiles, int64_t t) { return n * t / tiles; }
 
+/* ---------------------------------------------------------------------------------------- */
+/* AVX-512, many rows (a prefill): each K-quant super-block of a weight row decoded once into  */
+/* vectors (codes, scale vectors, mins, fp16 scales as floats) that every row tile of the row  */
+/* block then reads, instead of decoding it again per tile. Same integer sums, same float      */
+/* steps in the same order as tile512_q4_K / tile512_q6_K.                                      */
+
+typedef struct { __m512i codes[4], sc[2]; __m256i mins; float dw, mw; } dec_q4_K; /* 448 bytes */
+typedef struct { __m512i q[4], sc[2]; __m256i sc16; float dw; } dec_q6_K;          /* 448 bytes */
+_Static_assert(sizeof(dec_q4_K) == 448 && sizeof(dec_q6_K) == 448, "decoded super-blocks: 448 bytes");
+
+/* the decoded super-block i of a Q4_K row (the vectors tile512_q4_K builds) */
+GG_T512 static inline void decode512_q4_K(const block_q4_K *b, dec_q4_K *d) {
+    const uint32_t km1 = 0x3f3f3f3f, km2 = 0x0f0f0f0f, km3 = 0x03030303;
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    const __m128i dup_mins = _mm_setr_epi8(8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15);
+    prefetch_span(b, sizeof(block_q4_K));
+    uint32_t u[4];
+    memcpy(u, b->scales, 12);
+    u[3] = ((u[2] >> 4) & km2) | (((u[1] >> 6) & km3) << 4);
+    const uint32_t aux = u[1] & km1;
+    u[1] = (u[2] & km2) | (((u[0] >> 6) & km3) << 4);
+    u[2] = aux;
+    u[0] &= km1;
+    const __m128i sm8 = _mm_set_epi32((int)u[3], (int)u[2], (int)u[1], (int)u[0]);
+    const __m512i sc16 = _mm512_zextsi128_si512(_mm_cvtepu8_epi16(sm8));
+    d->mins = _mm256_cvtepu8_epi16(_mm_shuffle_epi8(sm8, dup_mins));
+    for (int c = 0; c < 4; c++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * c));
+        d->codes[c] = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(bits), _mm256_srli_epi16(bits, 4), 1), m4);
+    }
+    for (int c = 0; c < 4; c += 2) {
+        int16_t ix[32];
+        for (int e = 0; e < 32; e++) ix[e] = (int16_t)(2 * c + (e >= 16) + 2 * ((e / 4) & 1));
+        d->sc[c / 2] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)ix), sc16);
+    }
+    d->dw = f16_at(&b->d);
+    d->mw = f16_at(&b->dmin);
+}
+
+/* the decoded super-block of a Q6_K row (the vectors tile512_q6_K builds) */
+GG_T512 static inline void decode512_q6_K(const block_q6_K *b, dec_q6_K *d) {
+    const __m512i m15 = _mm512_set1_epi8(15);
+    const __m512i mlo = _mm512_inserti64x4(_mm512_set1_epi8(3), _mm256_set1_epi8(12), 1);
+    const __m512i mhi = _mm512_inserti64x4(_mm512_set1_epi8(48), _mm256_set1_epi8((char)0xC0), 1);
+    const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i shr = _mm512_inserti64x4(_mm512_set1_epi16(0), _mm256_set1_epi16(2), 1);
+    prefetch_span(b, sizeof(block_q6_K));
+    d->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    const __m512i sc512 = _mm512_zextsi256_si512(d->sc16);
+    for (int h = 0; h < 2; h++) {
+        const __m512i B = _mm512_loadu_si512((const void *)(b->ql + 64 * h));
+        const __m512i BH = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+        d->q[2 * h] = _mm512_or_si512(_mm512_and_si512(B, m15), _mm512_sllv_epi16(_mm512_and_si512(BH, mlo), shl));
+        d->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(B, 4), m15),
+                                          _mm512_srlv_epi16(_mm512_and_si512(BH, mhi), shr));
+        int16_t ix[32];
+        for (int e = 0; e < 32; e++) ix[e] = (int16_t)(8 * h + e / 8 + 4 * ((e / 4) & 1));
+        d->sc[h] = _mm512_permutexvar_epi16(_mm512_loadu_si512((const void *)ix), sc512);
+    }
+    d->dw = f16_at(&b->d);
+}
+
+/* tile512_q4_K over decoded super-blocks d[0 .. i1 - i0 - 1] (super-blocks i0 .. i1 - 1) */
+GG_T512 static inline __attribute__((always_inline)) void tile512d_q4_K(const int R, const dec_q4_K *d, int64_t i0,
+                                                                        int64_t i1, const uint8_t *const *xr,
+                                                                        const float *xd, float *out) {
+    float init[16] = {0.0f};
+    for (int j = 0; j < R; j++) init[j] = out[j];
+    __m256 acc[2] = {_mm256_loadu_ps(init), _mm256_loadu_ps(init + 8)};
+    for (int64_t i = i0; i < i1; i++, d++) {
+        __m512i sumi[ROW_TILE512_B32];
+        for (int j = 0; j < R; j++) sumi[j] = _mm512_setzero_si512();
+        for (int c = 0; c < 4; c += 2)
+            for (int j = 0; j < R; j++) {
+                const int8_t *q = ((const block_q8_K *)xr[j])[i].qs + 64 * c;
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), d->codes[c], _mm512_loadu_si512((const void *)q));
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), d->codes[c + 1], _mm512_loadu_si512((const void *)(q + 64)));
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_packs_epi32(p0, p1), d->sc[c / 2]);
+            }
+        __m256i is[ROW_TILE512_B32], ms[ROW_TILE512_B32];
+        for (int j = 0; j < R; j++) {
+            is[j] = fold512(sumi[j]);
+            ms[j] = _mm256_madd_epi16(d->mins, _mm256_loadu_si256((const __m256i *)((const block_q8_K *)xr[j])[i].bsums));
+        }
+        const __m256 x8 = _mm256_loadu_ps(xd + 16 * i);
+        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows8(R, is)), _mm256_mul_ps(_mm256_set1_ps(d->dw), x8), acc[0]);
+        acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), rows8(R, ms))),
+                                 _mm256_mul_ps(_mm256_set1_ps(d->mw), x8), acc[0]);
+    }
+    float lane[8];
+    _mm256_storeu_ps(lane, acc[0]);
+    for (int j = 0; j < R; j++) out[j] = lane[j];
+}
+
+/* tile512_q6_K over decoded super-blocks (as tile512d_q4_K) */
+GG_T512 static inline __attribute__((always_inline)) void tile512d_q6_K(const int R, const dec_q6_K *d, int64_t i0,
+                                                                        int64_t i1, const uint8_t *const *xr,
+                                                                        const float *xd, float *out) {
+    float init[16] = {0.0f};
+    for (int j = 0; j < R; j++) init[j] = out[j];
+    __m256 acc = _mm256_loadu_ps(init);
+    for (int64_t i = i0; i < i1; i++, d++) {
+        __m512i sumi[ROW_TILE512_B32];
+        for (int j = 0; j < R; j++) sumi[j] = _mm512_setzero_si512();
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < R; j++) {
+                const int8_t *x = ((const block_q8_K *)xr[j])[i].qs + 128 * h;
+                const __m512i p0 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), d->q[2 * h], _mm512_loadu_si512((const void *)x));
+                const __m512i p1 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), d->q[2 * h + 1], _mm512_loadu_si512((const void *)(x + 64)));
+                sumi[j] = _mm512_dpwssd_epi32(sumi[j], _mm512_packs_epi32(p0, p1), d->sc[h]);
+            }
+        __m256i is[ROW_TILE512_B32];
+        for (int j = 0; j < R; j++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const block_q8_K *)xr[j])[i].bsums);
+            is[j] = _mm256_sub_epi32(fold512(sumi[j]), _mm256_slli_epi32(_mm256_madd_epi16(d->sc16, bs), 5));
+        }
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(rows8(R, is)), _mm256_mul_ps(_mm256_set1_ps(d->dw), _mm256_loadu_ps(xd + 16 * i)), acc);
+    }
+    float lane[8];
+    _mm256_storeu_ps(lane, acc);
+    for (int j = 0; j < R; j++) out[j] = lane[j];
+}
+
+GG_T512 static inline __attribute__((always_inline)) void tile512d(int type, const int R, const void *d, int64_t i0,
+                                                                   int64_t i1, const uint8_t *const *xr,
+                                                                   const float *xd, float *out) {
+    if (type == GG_Q4_K) tile512d_q4_K(R, (const dec_q4_K *)d, i0, i1, xr, xd, out);
+    else tile512d_q6_K(R, (const dec_q6_K *)d, i0, i1, xr, xd, out);
+}
+
+/* super-blocks per chunk when decoded once for the row block: OCHUNK rows' decoded chunk
+ * (448 bytes a super-block) and a tile's activations (292 bytes a row) within ~40 KB of L1 */
+#define DEC_BYTES 448
+#define PRE_L1_BYTES (40 * 1024)
+#define PRE_KC_MAX 8
+
 /* activation bytes of one row tile kept in L1 while a chunk of weight rows passes over it: the
  * K-quants' super-blocks go in chunks of this many bytes of the tile's Q8_K rows (a wide input,
  * the 1.5B's ffn_down at 8960, is 82 KB for 8 rows); each output's accumulator waits in y between
@@ -1037,10 +1173,25 @@ GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const ui
                 for (int64_t i = 0; i < nsb; i++)
                     for (int j = 0; j < 16; j++) xds[t][16 * i + j] = j < Rs[t] ? ((const block_q8_K *)xrs[t][j])[i].d : 0.0f;
         }
+        /* three tiles or more (a prefill): each super-block decoded once for all of them (with two,
+         * the smaller chunks cost about what the second decoding saves) */
+        const int pre = kq && tiles >= 3;
+        if (pre) {
+            kc = PRE_L1_BYTES / (OCHUNK * DEC_BYTES + rmax * (int64_t)sizeof(block_q8_K));
+            kc = kc < 1 ? 1 : kc > PRE_KC_MAX ? PRE_KC_MAX : kc > nsb ? nsb : kc;
+        }
         for (int64_t c0 = o0; c0 < o1; c0 += OCHUNK) {
             const int64_t c1 = c0 + OCHUNK < o1 ? c0 + OCHUNK : o1;
             for (int64_t s0 = 0; s0 < (kq ? nsb : 1); s0 += kc) {
                 const int64_t s1 = kq && s0 + kc < nsb ? s0 + kc : nsb;
+                _Alignas(64) uint8_t dec[pre ? OCHUNK * PRE_KC_MAX * DEC_BYTES : 64];
+                if (pre)
+                    for (int64_t o = c0; o < c1; o++)
+                        for (int64_t i = s0; i < s1; i++) {
+                            uint8_t *d = dec + ((o - c0) * kc + (i - s0)) * DEC_BYTES;
+                            if (type == GG_Q4_K) decode512_q4_K((const block_q4_K *)(w + o * wrb) + i, (dec_q4_K *)d);
+                            else decode512_q6_K((const block_q6_K *)(w + o * wrb) + i, (dec_q6_K *)d);
+                        }
                 for (int64_t t = 0; t < tiles; t++) {
                     const int R = Rs[t];
                     const int64_t r0 = r0s[t];
@@ -1050,6 +1201,21 @@ GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const ui
                         const uint8_t *wr = w + o * wrb;
                         const uint8_t *const *xr = xrs[t];
                         const float *xd = xds[t];
+                        if (pre) {
+                            const uint8_t *d = dec + (o - c0) * kc * DEC_BYTES;
+                            switch (R) {
+                            case 8: tile512d(type, 8, d, s0, s1, xr, xd, out); break;
+                            case 7: tile512d(type, 7, d, s0, s1, xr, xd, out); break;
+                            case 6: tile512d(type, 6, d, s0, s1, xr, xd, out); break;
+                            case 5: tile512d(type, 5, d, s0, s1, xr, xd, out); break;
+                            case 4: tile512d(type, 4, d, s0, s1, xr, xd, out); break;
+                            case 3: tile512d(type, 3, d, s0, s1, xr, xd, out); break;
+                            case 2: tile512d(type, 2, d, s0, s1, xr, xd, out); break;
+                            default: tile512d(type, 1, d, s0, s1, xr, xd, out); break;
+                            }
+                            for (int j = 0; j < R; j++) y[(r0 + j) * ldy + o] = out[j];
+                            continue;
+                        }
                         switch (R) {
                         case 12: tile512(type, 12, wr, k, s0, s1, xr, xd, out); break;
                         case 11: tile512(type, 11, wr, k, s0, s1, xr, xd, out); break;
