@@ -148,6 +148,8 @@ class RemoteBackend:
         stats.stop_reason = stats.stop_reason or "stop_token"
         if not stats.new_tokens:
             stats.new_tokens = len(pieces)  # servers stream about one token per event
+        if not stats.prompt_tokens:  # a server that reports no usage while streaming
+            stats.prompt_tokens = self.driver.prompt_tokens(request, self.prompt) or 0
         stats.total_ms = (time.perf_counter() - t0) * 1e3
         stats.prefill_ms = stats.ttft_ms
         return Completion(text, [], stats)

@@ -38,6 +38,10 @@ class Driver(Protocol):
         """One event of the stream (or the whole answer of a non-streamed request)."""
         ...
 
+    def prompt_tokens(self, request: CompletionRequest, prompt: RemotePrompt) -> int | None:
+        """The prompt's length in tokens where specd lays it out (for servers that do not say)."""
+        ...
+
     def stop_strings(self) -> tuple[str, ...]:
         """Strings that end the text besides the request's (the FIM stop tokens, where the
         server may print them)."""

@@ -54,6 +54,9 @@ class LlamaServerDriver:
                      cached_tokens=optional_int(timings, "cache_n"),
                      new_tokens=optional_int(event, "tokens_predicted") or optional_int(timings, "predicted_n"))
 
+    def prompt_tokens(self, request: CompletionRequest, prompt: RemotePrompt) -> int | None:
+        return None  # the server lays the prompt out (and reports its length)
+
     def stop_strings(self) -> tuple[str, ...]:
         return ()  # /infill returns text; the server stops on the model's end-of-generation tokens
 

@@ -75,6 +75,9 @@ class OpenAIDriver:
                      optional_int(details, "cached_tokens") if isinstance(details, dict) else None,
                      optional_int(usage, "completion_tokens"))
 
+    def prompt_tokens(self, request: CompletionRequest, prompt: RemotePrompt) -> int | None:
+        return len(prompt.builder.build(request.prefix, request.suffix, request.context))
+
     def stop_strings(self) -> tuple[str, ...]:
         return STOP_TOKENS  # a server that prints control tokens as text: cut there too
 
