@@ -30,7 +30,7 @@ from specd.bench.editor_script import (KINDS, WAITED, EditorFile, Key, Preset, k
 from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, find_binaries, infill_body, unavailable_note
 
 PATHS = ("socket", "lsp", "llama-server")
-WAIT_S = 120.0  # longest wait for a waited answer
+WAIT_S = 60.0  # longest wait for a waited answer
 LLAMA_THREADS = 2  # llama.vscode's CPU setting (-t 2)
 
 
@@ -59,6 +59,7 @@ class EditorBench:
     gguf: Path | None  # the target as GGUF, for llama-server
     paths: tuple[str, ...] = PATHS
     log_dir: Path | None = None
+    log: Callable[[str], None] | None = None  # a line per waited answer (progress)
 
 
 @dataclass
@@ -270,6 +271,10 @@ async def play(driver: Driver, bench: EditorBench) -> list[Record]:
         last_of_visit = n + 1 == len(bench.keys) or bench.keys[n + 1].file != key.file
         if key.kind in WAITED or last_of_visit or key.accept_after:
             await _settle(record, task)
+            if bench.log is not None:
+                ms = record.latency_ms()
+                bench.log(f"{driver.name}: key {n + 1}/{len(bench.keys)} ({record.kind}, file {key.file}): "
+                          f"{record.outcome()}" + (f" in {ms:.0f} ms" if ms is not None else ""))
             if key.accept_after and record.answer is not None and record.answer.status == "shown":
                 await _accept(driver, f, texts, key.file, cursor + 1, record.answer.text, sent)
         else:
@@ -428,10 +433,13 @@ def phases(records: list[Record], keys: tuple[Key, ...], n_files: int) -> dict[s
             "single_file_n": len(single), "four_files_n": len(rotating), "files": n_files}
 
 
-async def run_editor(bench: EditorBench) -> dict[str, Any]:
+async def run_editor(bench: EditorBench, progress: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Every path in turn; ``progress`` gets the document so far after each one."""
     notes: list[str] = []
     results: dict[str, Any] = {}
     for path in bench.paths:
+        if progress is not None:
+            progress(_document(bench, results, notes))
         try:
             got = await run_path(path, bench, notes)
         except (OSError, RuntimeError, TimeoutError, asyncio.TimeoutError, ConnectionError) as e:
@@ -445,6 +453,10 @@ async def run_editor(bench: EditorBench) -> dict[str, Any]:
                                       "latency_ms": None if (x := r.latency_ms()) is None else round(x, 1),
                                       "text": r.answer.text if r.answer else "",
                                       "error": r.answer.error if r.answer else ""} for r in records]}
+    return _document(bench, results, notes)
+
+
+def _document(bench: EditorBench, results: dict[str, Any], notes: list[str]) -> dict[str, Any]:
     return {"scenario": "editor", "preset": asdict(bench.preset),
             "files": [{"uri": f.uri, "path": f.path, "typed": f.typed} for f in bench.files],
             "llama_server_args": ["-t", str(LLAMA_THREADS), *SERVER_ARGS, "cache_prompt: true"],

@@ -50,8 +50,11 @@ def editor_bench(args: argparse.Namespace, default_out: Callable[[], Path]) -> i
         serve_argv=lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags],
         lsp_argv=lambda sock: [sys.executable, "-m", "specd", "lsp", "--socket", str(sock), "--no-autostart",
                                "--max-tokens", str(preset.max_tokens)],
-        gguf=gguf_file(config.target), paths=paths, log_dir=out)
-    doc = asyncio.run(run_editor(bench))
+        gguf=gguf_file(config.target), paths=paths, log_dir=out,
+        log=(lambda m: print(f"specd bench: {m}", file=sys.stderr, flush=True)) if args.progress else None)
+    partial = out / "results.partial.json"  # what a run cut short leaves
+    doc = asyncio.run(run_editor(bench, lambda d: partial.write_text(json.dumps(d, indent=1, ensure_ascii=False))))
+    partial.unlink(missing_ok=True)
     doc["command"] = " ".join(["specd", *sys.argv[1:]])
     (out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
     report = markdown(doc)
