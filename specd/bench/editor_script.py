@@ -57,6 +57,7 @@ class Preset:
 
 PRESETS = {
     "quick": Preset(rounds=2, keys_per_visit=3, gap_s=0.15, idle_s=0.5, pause_s=0.6, max_tokens=16),
+    "short": Preset(rounds=2, keys_per_visit=4, gap_s=0.15, idle_s=2.0, pause_s=1.0, max_tokens=32),
     "full": Preset(rounds=2, keys_per_visit=8, gap_s=0.15, idle_s=2.0, pause_s=1.0, max_tokens=32),
 }
 

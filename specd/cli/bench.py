@@ -52,6 +52,8 @@ def register(subparsers: Any) -> None:
     b.add_argument("--scenario", choices=["tasks", "editor"], default="tasks",
                    help="tasks (default): the FIM task suite; editor: four real files typed key by key through the "
                         "socket, specd lsp and llama-server's /infill (--quick: a few keys per file)")
+    b.add_argument("--editor-preset", choices=["quick", "short", "full"], default=None,
+                   help="editor scenario: keys per file visit and pauses (default full; --quick: quick)")
     b.add_argument("--paths", default=None,
                    help="editor scenario: comma-separated paths among socket, lsp, llama-server (default: all)")
     add_engine_flags(b)

@@ -24,7 +24,7 @@ from specd.schema import flag_argv
 def editor_bench(args: argparse.Namespace, default_out: Callable[[], Path]) -> int:
     from specd.app import gguf_file  # here: specd.app reaches the engine (torch), which the other commands need not load
 
-    preset = PRESETS["quick" if args.quick else "full"]
+    preset = PRESETS[args.editor_preset or ("quick" if args.quick else "full")]
     if args.max_tokens is not None:
         preset = type(preset)(**{**preset.__dict__, "max_tokens": args.max_tokens})
     paths = tuple(p.strip() for p in (args.paths or ",".join(PATHS)).split(",") if p.strip())
