@@ -307,3 +307,35 @@ def test_real_tensors_dequantize_like_gguf_py(model: str) -> None:
         lin = GgufLinear.from_blocks(t.name, int(t.tensor_type), torch.from_numpy(raw), k)
         assert np.array_equal(bits(lin(x)), bits(lin.reference(x)))
     assert seen, f"{path}: no tensor in a format the kernels run"
+
+
+def test_portable_build_without_simd_gives_the_same_bits(tmp_path: Path) -> None:
+    """ggml_blocks.c built with no x86 SIMD flags (as for another architecture: the scalar
+    reference only, gg_simd() == 0) computes the bits this library's best path does."""
+    import ctypes
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler")
+    src = Path(__file__).resolve().parent.parent / "models" / "csrc"
+    shim = tmp_path / "team.c"  # q8kernel.c's team size (AVX2-only file), one thread here
+    shim.write_text("int specd_team_size(void) { return 1; }\n")
+    lib_path = tmp_path / "libggportable.so"
+    subprocess.run([cc, "-O2", "-std=c11", "-ffp-contract=off", "-fPIC", "-shared", "-I", str(src),
+                    str(src / "ggml_blocks.c"), str(shim), "-o", str(lib_path), "-lm"], check=True, timeout=120)
+    lib = ctypes.CDLL(str(lib_path))
+    P, I64, I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    lib.gg_gemm.argtypes = [I32, P, I64, I64, P, I64, P, I64]
+    lib.gg_quantize.argtypes = [I32, P, I64, I64, P]
+    assert lib.gg_simd() == 0
+    for qtype in FORMATS:
+        k = WIDTHS[qtype][1]
+        lin = layer(qtype, 29, k, seed=5)
+        x = torch.randn(9, k, generator=torch.Generator().manual_seed(5))
+        act = torch.empty(9, int(q8.kernel().lib.gg_act_bytes(int(qtype), k)), dtype=torch.uint8)
+        y = torch.empty(9, 29)
+        assert lib.gg_quantize(int(qtype), x.data_ptr(), 9, k, act.data_ptr()) == 0
+        assert lib.gg_gemm(int(qtype), lin.parts[0].raw.data_ptr(), 29, k, act.data_ptr(), 9, y.data_ptr(), 29) == 0
+        assert np.array_equal(bits(y), bits(lin(x))), qtype.name
