@@ -82,6 +82,9 @@ class LlamaCppPythonServer:
                 with urllib.request.urlopen(self.url + "/models", timeout=2) as r:
                     if r.status == 200:
                         return self
+            except urllib.error.HTTPError as e:
+                if e.code == 401:  # up, and asking for its API key
+                    return self
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.2)
