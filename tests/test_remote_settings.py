@@ -72,3 +72,15 @@ def test_repository_context_becomes_infill_files() -> None:
 
 def test_remote_config_defaults_to_local() -> None:
     assert RemoteConfig().spec is None and daemon_config({}, {}).remote.backend == "local"
+
+
+def test_the_readme_shared_server_config_reads() -> None:
+    """The ``[daemon]`` example in the README's "Shared server" section is a valid config."""
+    import tomllib
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("## Shared server", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    remote = daemon_config(tomllib.loads(block)["daemon"], {}).remote
+    assert remote.spec is not None and remote.spec.driver == "openai" and remote.remote_model == "qwen-coder"
