@@ -266,3 +266,24 @@ def test_a_warm_longer_than_the_context_is_refused_naming_the_field() -> None:
         engine.warm(CompletionRequest(source_file(0, 40)))
     assert e.value.field == "prefix"
     assert engine.warm(CompletionRequest(source_file(0, 4))) > 0  # and serves on
+
+
+def test_eviction_cuts_a_chain_from_its_end() -> None:
+    """Under a budget of ten blocks, a second prompt of six blocks evicts the first prompt's
+    deepest blocks: what is left of it is still a usable prefix."""
+    from specd.engine.prefill import prefill
+    from specd.engine.prefix_cache import PrefixCache
+
+    model = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=TINY_VOCAB, hidden=64, max_len=512)
+    block_bytes = BLOCK * model.kv_bytes_per_token()
+    cache = PrefixCache(10 * block_bytes, BLOCK)
+    first = torch.arange(6 * BLOCK) % 250
+    second = (torch.arange(6 * BLOCK) * 7 + 3) % 250
+    prefill(model, "m", first, cache, CHUNK)
+    prefill(model, "m", second, cache, CHUNK)
+    assert len(cache) == 10 and cache.used_bytes == 10 * block_bytes and cache.stats.evicted_blocks == 2
+    assert len(cache.lookup("m", cache.keys(first), first)) == 4  # its first four blocks
+    assert len(cache.lookup("m", cache.keys(second), second)) == 6
+    model.rollback(0)
+    done = prefill(model, "m", first, cache, CHUNK)
+    assert (done.restored, done.computed) == (4 * BLOCK, 2 * BLOCK)
