@@ -138,7 +138,8 @@ class OtherFile:
 
 
 def repo_context(repo: str, current_path: str, others: list[OtherFile], limits: ContextLimits) -> str:
-    """The context string; ``others`` most recent first (they are written oldest first)."""
+    """The context string; ``others`` most recent first (they are written oldest first); empty
+    when no other file has text to show."""
     parts: list[str] = []
     budget = limits.total_chars
     for other in others[: limits.files]:
@@ -152,5 +153,7 @@ def repo_context(repo: str, current_path: str, others: list[OtherFile], limits: 
             break
         budget -= len(part)
         parts.append(part)
+    if not parts:  # the header alone (repository and file names) tells the model nothing it can use
+        return ""
     head = f"{REPO_NAME}{neutralise(repo)}\n"
     return head + "".join(reversed(parts)) + f"{FILE_SEP}{neutralise(current_path)}\n"
