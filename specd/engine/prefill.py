@@ -2,8 +2,9 @@
 
 What the live cache already holds is kept; then the longest run of the prefix cache's blocks the
 context starts with is restored (only where it goes further than the live cache); the rest is
-computed in chunks whose ends fall on multiples of the chunk size (the same forwards whatever the
-starting point, where possible). After each chunk the newly completed full blocks are stored, so
+computed in chunks of ``chunk`` tokens from where the reuse ends (a short recompute is one
+forward; the target's kernels are batch-invariant, so how the rows are grouped changes no number).
+After each chunk the newly completed full blocks are stored, so
 the work of a prefill that is stopped between chunks (cancelled, preempted) is kept, and
 ``between_chunks`` is called while work remains: it stops the prefill by raising.
 """
@@ -53,8 +54,8 @@ def prefill(model: CausalLM, name: str, context: torch.Tensor, cache: PrefixCach
     try:
         _store(model, name, context, cache, keys, pos)
         while pos < n:
-            end = min(n, (pos // chunk + 1) * chunk)
-            model.forward(context[pos:end])
+            end = min(n, pos + chunk)
+            model.forward(context[pos:end], logits=False)  # the cache only: no output head
             pos = end
             _store(model, name, context, cache, keys, pos)
             if pos < n and between_chunks is not None:
