@@ -201,11 +201,15 @@ class Decoder(CacheOwner):
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
+        *,
+        logits: bool = True,
     ) -> torch.Tensor:
         """Score ``tokens`` (``[n]``) appended to the cache; returns logits ``[n, V]`` (float32).
 
         ``positions`` (``[n]``) default to ``length .. length+n-1``. ``attn_mask`` (``[n, n]`` bool,
-        True = may attend) defaults to causal among the new tokens.
+        True = may attend) defaults to causal among the new tokens. ``logits=False`` (a prompt's
+        prefill) only fills the cache: the final norm and the output head are skipped and an empty
+        ``[n, 0]`` tensor is returned.
         """
         c = self.config
         cache = self.cache
@@ -278,16 +282,18 @@ class Decoder(CacheOwner):
             h = self._rms(x, layer["post_norm"])
             gate, up = self._apply(li, "gate_up", layer, h).chunk(2, dim=-1)
             x = x + self._apply(li, "down_proj", layer, F.silu(gate) * up)
+        cache.tokens[start:end] = tokens.cpu()
+        cache.length = end
+        if not logits:
+            return torch.empty(n, 0)
         x = self._rms(x, self.norm)
         if self.observer is not None:
             self.observer(HEAD_INPUT, x)
-        logits = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
+        scores = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
         if self.head_rows is not None:
             full = torch.full((n, c.vocab_size), float("-inf"))
-            logits = full.index_copy_(1, self.head_rows, logits)  # [n, V]
-        cache.tokens[start:end] = tokens.cpu()
-        cache.length = end
-        return logits
+            scores = full.index_copy_(1, self.head_rows, scores)  # [n, V]
+        return scores
 
     # cache control (rollback, keep, reset, common_prefix, cache_len): see CacheOwner
 

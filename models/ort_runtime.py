@@ -190,8 +190,11 @@ class OrtDecoder(CacheOwner):
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
+        *,
+        logits: bool = True,
     ) -> torch.Tensor:
-        """Score ``tokens`` (``[n]``) appended to the cache; returns float32 logits ``[n, V]``.
+        """Score ``tokens`` (``[n]``) appended to the cache; returns float32 logits ``[n, V]``
+        (``logits=False`` is accepted and ignored: the graph always computes them).
         ``positions`` default to ``length .. length+n-1``; ``attn_mask`` (``[n, n]`` bool, True =
         may attend) to causal among the new tokens. Every cached position is visible."""
         cache = self.cache

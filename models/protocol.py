@@ -12,7 +12,8 @@ from specd.models.kv_cache import KVRows
 class CausalLM(Protocol):
     """A decoder with its own KV cache.
 
-    ``forward`` appends ``tokens`` (``[n]``) to the cache and returns float32 logits ``[n, V]``;
+    ``forward`` appends ``tokens`` (``[n]``) to the cache and returns float32 logits ``[n, V]``
+    (none with ``logits=False``);
     ``rollback(length)`` forgets every position at and after ``length`` in O(1);
     ``common_prefix(tokens)`` counts the leading ``tokens`` already cached.
     """
@@ -31,7 +32,12 @@ class CausalLM(Protocol):
         tokens: torch.Tensor,
         positions: torch.Tensor | None = None,
         attn_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor: ...
+        *,
+        logits: bool = True,
+    ) -> torch.Tensor:
+        """``logits=False``: fill the cache only (a prompt's prefill); the result is then empty
+        (``[n, 0]``) or, where a runtime cannot skip the head, the logits, to be ignored."""
+        ...
 
     def rollback(self, length: int) -> None: ...
 

@@ -53,7 +53,7 @@ def test_measured_cost_curve_never_decreases() -> None:
     import time
 
     class Uneven(TableLM):
-        def forward(self, tokens, positions=None, attn_mask=None):
+        def forward(self, tokens, positions=None, attn_mask=None, *, logits=True):
             if len(self.tokens) >= 16:  # not the context prefill
                 time.sleep({1: 0.020, 2: 0.002, 3: 0.030}[int(tokens.numel())])
             return super().forward(tokens, positions, attn_mask)

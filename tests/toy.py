@@ -27,7 +27,7 @@ class TableLM:
     def cache_len(self) -> int:
         return len(self.tokens)
 
-    def forward(self, tokens, positions=None, attn_mask=None) -> torch.Tensor:
+    def forward(self, tokens, positions=None, attn_mask=None, *, logits=True) -> torch.Tensor:
         start = len(self.tokens)
         ids = tokens.tolist()
         if start + len(ids) > self.max_len:

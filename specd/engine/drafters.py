@@ -103,7 +103,7 @@ class ModelDrafter:
         reused = self.model.common_prefix(ids)
         self.model.rollback(reused)
         if reused < len(context):
-            self.model.forward(ids[reused:])
+            self.model.forward(ids[reused:], logits=False)
         return reused
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,

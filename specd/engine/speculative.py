@@ -107,7 +107,7 @@ def _prefill(target: CausalLM, drafter: Drafter | None, prompt: list[int]) -> in
     reused = target.common_prefix(context)
     target.rollback(reused)
     if reused < len(context):
-        target.forward(context[reused:])
+        target.forward(context[reused:], logits=False)
     if drafter is not None:
         drafter.prefill(prompt[:-1])
     return reused
