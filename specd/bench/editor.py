@@ -27,7 +27,7 @@ from typing import Any, Callable, Protocol
 
 from specd.bench.editor_clients import SocketClient, StdioLspClient, post_json
 from specd.bench.editor_script import (KINDS, WAITED, EditorFile, Key, Preset, key_kind, quality)
-from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, find_binaries, infill_body, unavailable_note
+from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, die_with_parent, find_binaries, infill_body, unavailable_note
 
 PATHS = ("socket", "lsp", "llama-server")
 WAIT_S = 60.0  # longest wait for a waited answer
@@ -322,7 +322,9 @@ class Daemon:
 
     async def start(self, timeout: float = 600.0) -> SocketClient:
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        # SIGTERM when the bench dies (killed by a timeout, say): no daemon left busy behind it
+        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while True:
             if self.proc.poll() is not None:

@@ -210,7 +210,7 @@ def parse_infill_response(data: dict, wall_ms: float) -> InfillResult:
                         tokens=tuple(int(x) for x in data.get("tokens") or () if isinstance(x, int)))
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGTERM when the process that started it dies (Linux), so a
     crashed bench leaves no server behind."""
     try:
@@ -246,7 +246,7 @@ class LlamaServer:
         self.port = free_port()
         self._log = open(self.log_path, "wb") if self.log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT,
-                                     env=self.bins.env(), start_new_session=True, preexec_fn=_die_with_parent)
+                                     env=self.bins.env(), start_new_session=True, preexec_fn=die_with_parent)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
