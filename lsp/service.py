@@ -20,6 +20,7 @@ Less work reaches the daemon, and less of it waits for the user:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from dataclasses import dataclass, field
@@ -81,6 +82,7 @@ class ServiceCounters:
     warm_errors: int = 0
     aheads: int = 0  # requests sent ahead after an accepted suggestion
     accepts: int = 0
+    context_retries: int = 0  # answers empty with repository context, asked again without it
 
 
 class CompletionService:
@@ -236,7 +238,16 @@ class CompletionService:
         raw = await self._run(uri, request, snap.version)
         if raw is not None:
             self.debounce.responded((self.clock() - started) * 1e3)
+        if raw is not None and request.context and not self._shows(raw, w):
+            # repository context must never turn a suggestion into nothing (seen: with it, the model
+            # answered whitespace where the file alone gave the next line): ask again without it
+            self.counters.context_retries += 1
+            raw = await self._run(uri, dataclasses.replace(request, context=""), snap.version)
         return raw
+
+    def _shows(self, raw: str, w: Window) -> bool:
+        """Whether ``raw`` leaves anything to show after post-processing at ``w``."""
+        return bool(postprocess(raw, w.line_prefix, w.line_suffix, w.suffix, self.settings.rules).strip())
 
     async def _run(self, uri: str, request: CompletionRequest, version: int | None = None) -> str | None:
         session = session_for(self._session_tag, uri)

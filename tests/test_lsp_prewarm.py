@@ -232,3 +232,32 @@ def test_the_switches_are_editor_options(options, attr, value) -> None:
     got = getattr(s, attr)
     assert (got.enabled if dataclasses.is_dataclass(got) else got) is value and warnings == []
     assert apply_options(LspSettings(), {"prewarm": "yes"}, warnings.append) == LspSettings() and warnings
+
+
+async def test_context_never_turns_a_suggestion_into_nothing() -> None:
+    """An answer that is empty after post-processing while the request carried repository context
+    is asked again without the context, and that answer is shown."""
+    backend = Scripted(["   \n", "return n"])
+    docs = Docs()
+    settings = LspSettings(max_tokens=16, repo_context=True, debounce=DebounceSettings(enabled=False),
+                           prewarm=PrewarmSettings(enabled=False))
+    svc = CompletionService(backend, docs, settings, [].append)
+    other = "file:///proj/util.py"
+    docs.put(other, "def helper(x):\n    return x + 1\n")
+    svc.opened(other)
+    svc.changed(other, 1, (1, 4))
+    docs.put(URI, DOC)
+    svc.opened(URI)
+    got = await svc.suggest(URI, 1, 4)
+    assert [bool(r.context) for r in backend.completes] == [True, False]
+    assert got is not None and got.text == "return n"
+    assert svc.counters.context_retries == 1
+
+
+async def test_an_empty_answer_without_context_is_not_asked_again() -> None:
+    backend = Scripted(["   \n", "return n"])
+    svc, docs, _ = service(backend, enabled=False)
+    docs.put(URI, DOC)
+    svc.opened(URI)
+    assert await svc.suggest(URI, 1, 4) is None
+    assert len(backend.completes) == 1 and svc.counters.context_retries == 0
