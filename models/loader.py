@@ -21,7 +21,7 @@ from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import convert_gguf, write_tokenizer_dir
 from specd.models.gguf_model import GgufFile, GgufLinearFactory, GgufWeights
-from specd.models.modes import BACKENDS, GGUF_QUANT, KERNEL_QUANTS, ORT_QUANTS
+from specd.models.modes import AUTO_QUANT, BACKENDS, GGUF_QUANT, KERNEL_QUANTS, ORT_QUANTS, auto_target_quant
 from specd.models.pull import converted_dir, gguf_path, is_pulled
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
@@ -156,6 +156,8 @@ def load_model(
     (``resolve_backend``)."""
     if backend not in BACKENDS:
         raise ModelError(f"{spec}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if quant == AUTO_QUANT:
+        quant = auto_target_quant(is_gguf_source(spec) and backend != "ort", device, q8.unavailable() is None)
     backend = resolve_backend(backend, quant, device)
     if backend == "ort":
         if quant not in ORT_QUANTS:
@@ -197,6 +199,11 @@ def load_model(
     if factory is not None:
         factory.save()  # quantized once, loaded from disk next time
     return LoadedModel(spec, directory, config, decoder, tokenizer)
+
+
+def is_gguf_source(spec: str) -> bool:
+    """Whether ``spec`` names a GGUF file: a published model, or a ``.gguf`` path."""
+    return spec in PUBLISHED or (spec.endswith(".gguf") and Path(spec).expanduser().is_file())
 
 
 def _gguf_source(spec: str) -> tuple[Path, Path]:

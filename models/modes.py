@@ -7,9 +7,10 @@ is described in :mod:`specd.models.quantize`.
 
 from __future__ import annotations
 
-TARGET_QUANTS = ("int8", "fp8", "int4", "bf16", "fp32", "gguf")  # every mode: a target may run any
+AUTO_QUANT = "auto"  # a target's mode chosen from its source and device (see auto_target_quant)
+TARGET_QUANTS = (AUTO_QUANT, "int8", "fp8", "int4", "bf16", "fp32", "gguf")  # a target may run any
 DRAFT_QUANTS = ("int4", "int8", "bf16", "fp32", "gguf")  # fp8 needs a GPU and buys a draft nothing
-DEFAULT_TARGET_QUANT = "int8"  # batch-invariant on the CPU in both runtimes
+DEFAULT_TARGET_QUANT = AUTO_QUANT
 DEFAULT_DRAFT_QUANT = "int4"
 
 DENSE_QUANTS = ("bf16", "fp32")  # no quantized layers
@@ -19,3 +20,13 @@ ORT_QUANTS = ("int8", "int4", "fp32")  # the ONNX Runtime backend (specd.models.
 BNB_QUANTS = ("int8", "int4")  # bitsandbytes on CUDA (LLM.int8, NF4); fp8 runs _scaled_mm there
 
 BACKENDS = ("auto", "torch", "ort")  # model runtimes: specd.models.decoder, specd.models.ort_runtime
+
+
+def auto_target_quant(source_is_gguf: bool, device: str, gguf_kernels: bool) -> str:
+    """What ``auto`` runs a target as: on the CPU, a GGUF source's own blocks (``gguf``: faster per
+    step and in verification, 0.56x the INT8 weights, the same agreement with llama.cpp; see
+    bench/RESULTS.md, session 7) where specd's kernels are built; otherwise ``int8``
+    (batch-invariant on the CPU in both runtimes; LLM.int8 on CUDA)."""
+    if source_is_gguf and gguf_kernels and not device.startswith("cuda"):
+        return GGUF_QUANT
+    return "int8"

@@ -286,3 +286,13 @@ def test_truncated_or_foreign_files_name_the_file(cache: Path) -> None:
         load_model(str(directory), quant="gguf")
     with pytest.raises(ModelError, match=r"gguf runs on the CPU"):
         load_model(str(path), quant="gguf", device="cuda")
+
+
+def test_auto_runs_a_gguf_file_on_its_own_blocks(cache: Path) -> None:
+    """The default target mode (auto) loads a GGUF source as quant mode gguf on the CPU."""
+    path = _with_tokenizer(write_tiny_gguf(cache / "tiny.gguf", seed=0))
+    auto = load_model(str(path), quant="auto", max_len=64).model
+    gguf = load_model(str(path), quant="gguf", max_len=64).model
+    assert auto.describe() == gguf.describe()
+    tokens = torch.tensor([5, 80, 13, 200, 7])
+    assert torch.equal(auto.forward(tokens), gguf.forward(tokens))

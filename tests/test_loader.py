@@ -60,3 +60,13 @@ def test_stored_quantized_layers_never_read_the_float_linears(tmp_path, monkeypa
     assert read and not [n for n in read if n.endswith("proj.weight")], read
     ids = __import__("torch").tensor([1, 2, 3])
     assert (first.model.forward(ids) == again.model.forward(ids)).all()
+
+
+def test_auto_runs_a_gguf_source_natively_on_the_cpu_and_int8_elsewhere() -> None:
+    from specd.models.modes import auto_target_quant
+
+    assert auto_target_quant(True, "cpu", gguf_kernels=True) == "gguf"
+    assert auto_target_quant(True, "cpu", gguf_kernels=False) == "int8"  # no kernels built here
+    assert auto_target_quant(True, "cuda", gguf_kernels=True) == "int8"  # gguf runs on the CPU only
+    assert auto_target_quant(False, "cpu", gguf_kernels=True) == "int8"  # a Hugging Face source
+

@@ -86,7 +86,8 @@ class EngineConfig:
     draft: str | None = setting(DEFAULT_DRAFT, convert=_model_or_none,
                                 help="draft model (same forms), or 'none' for target-only")
     target_quant: str = setting(DEFAULT_TARGET_QUANT, choices=TARGET_QUANTS,
-                                help="target weights (int8: batch-invariant on the CPU in both runtimes)")
+                                help="target weights; auto: a GGUF source's own blocks (gguf) on the CPU, "
+                                     "else int8 (both batch-invariant on the CPU)")
     draft_quant: str = setting(DEFAULT_DRAFT_QUANT, choices=DRAFT_QUANTS, help="draft weights")
     # >0: the draft scores only the N most frequent code tokens (65536: ~1 % of the bench prompts'
     # tokens fall outside it in Python, JavaScript and C; 32768 leaves 3-5 % out)
