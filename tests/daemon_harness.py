@@ -43,25 +43,41 @@ def env_for(runtime: Path) -> dict[str, str]:
     return env
 
 
-class Daemon:
-    def __init__(self, socket: Path, target: Path, draft: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+def stop_process(proc: subprocess.Popen, wait: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``wait`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(wait)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class ServeProcess:
+    """``specd serve --socket SOCKET ARGS...`` as a subprocess, logging beside its socket."""
+
+    client_timeout_s: float = 120
+    health_timeout_s: float | None = None
+    needs_ok: bool = True  # ready only when health says "ok" (a remote backend may be "degraded")
+
+    def __init__(self, socket: Path, args: list[str], env: dict[str, str] | None = None) -> None:
         self.socket = socket
         self.log_path = socket.parent / "daemon.log"
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specd", "serve", "--socket", str(socket), "--target", str(target),
-             "--draft", str(draft), *ENGINE_FLAGS, *extra],
+            [sys.executable, "-m", "specd", "serve", "--socket", str(socket), *args],
             stdout=self.log, stderr=subprocess.STDOUT, env=env_for(socket.parent) | (env or {}),
         )
 
-    def wait_ready(self) -> "Daemon":
+    def wait_ready(self):
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.output()}")
             if is_listening(self.socket):
-                with Client(self.socket) as c:
-                    if c.call("health")["status"] == "ok":
+                with Client(self.socket, timeout=self.health_timeout_s) as c:
+                    if c.call("health")["status"] == "ok" or not self.needs_ok:
                         return self
             time.sleep(0.05)
         raise RuntimeError(f"daemon did not start: {self.output()}")
@@ -75,22 +91,23 @@ class Daemon:
         self.proc.send_signal(sig)
 
     def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 60)
         self.log.close()
         return self.proc.returncode
 
     def client(self) -> Client:
-        return Client(self.socket, timeout=120)
+        return Client(self.socket, timeout=self.client_timeout_s)
 
     def stats(self) -> dict:
         with self.client() as c:
             return c.call("stats")
+
+
+class Daemon(ServeProcess):
+    """``specd serve`` on local (tiny) models."""
+
+    def __init__(self, socket: Path, target: Path, draft: Path, *extra: str, env: dict[str, str] | None = None) -> None:
+        super().__init__(socket, ["--target", str(target), "--draft", str(draft), *ENGINE_FLAGS, *extra], env)
 
 
 def wait_for(predicate, what: str, timeout: float = 120.0) -> None:

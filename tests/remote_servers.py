@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ import pytest
 
 from specd.bench.llamacpp_bin import LlamaServer, find_binaries, free_port, unavailable_note
 from specd.models.registry import DEFAULT_DRAFT, model_dir
-from tests.daemon_harness import START_TIMEOUT_S, env_for
+from tests.daemon_harness import ServeProcess, stop_process
 
 SERVER_START_TIMEOUT_S = 300  # loading a 0.5B model on a busy 2-core machine; a bound, not a timing
 THREADS = "2"
@@ -92,13 +91,7 @@ class LlamaCppPythonServer:
         raise TimeoutError(f"llama_cpp.server not ready after {SERVER_START_TIMEOUT_S} s")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 30)
         self.log.close()
 
 
@@ -123,54 +116,16 @@ def get(url: str, timeout: float = 30) -> dict:
         return json.loads(r.read())
 
 
-class RemoteDaemon:
-    """``specd serve --backend BACKEND`` over a real Unix socket (no models loaded here)."""
+class RemoteDaemon(ServeProcess):
+    """``specd serve --backend BACKEND`` over a real Unix socket (no models loaded here); ready
+    once it answers ``health``, whatever the server behind it says."""
+
+    client_timeout_s = 300
+    health_timeout_s = 30
+    needs_ok = False
 
     def __init__(self, socket: Path, backend: str, *extra: str, env: dict[str, str] | None = None) -> None:
-        from specd.daemon.client import Client  # noqa: F401  (imported for wait_ready's use)
-
-        self.socket = socket
-        self.log_path = socket.parent / "daemon.log"
-        self.log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "specd", "serve", "--socket", str(socket), "--backend", backend, *extra],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env_for(socket.parent) | (env or {}))
-
-    def wait_ready(self) -> "RemoteDaemon":
-        from specd.daemon.client import Client
-        from specd.daemon.listener import is_listening
-
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"daemon exited with {self.proc.returncode}: {self.output()}")
-            if is_listening(self.socket):
-                with Client(self.socket, timeout=30) as c:
-                    c.call("health")
-                return self
-            time.sleep(0.05)
-        raise RuntimeError(f"daemon did not start: {self.output()}")
-
-    def output(self) -> str:
-        if not self.log.closed:
-            self.log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def client(self):
-        from specd.daemon.client import Client
-
-        return Client(self.socket, timeout=300)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
+        super().__init__(socket, ["--backend", backend, *extra], env)
 
 
 def _byte_tokens() -> list[str]:
