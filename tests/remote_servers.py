@@ -192,3 +192,16 @@ def write_no_fim_gguf(path: Path) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def openai_compatible_server(log: Path):
+    """An OpenAI-compatible server and its ``/v1`` URL: llama-cpp-python's (required in CI), else
+    llama-server's, where built; skips when neither runs here."""
+    try:
+        server = llama_cpp_python_server(log)
+        return server, server.url
+    except pytest.skip.Exception:
+        if in_ci():
+            raise
+        server = llama_server(log)  # the other real server
+        return server, server.url + "/v1"

@@ -8,21 +8,13 @@ import json
 import pytest
 
 from specd.cli import main
-from tests.remote_servers import in_ci, llama_cpp_python_server, llama_server
+from tests.remote_servers import openai_compatible_server
 from tests.test_bench import tiny_pair, two_tasks  # noqa: F401  (fixtures)
 
 
 @pytest.fixture(scope="module")
 def openai_url(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("server")
-    try:
-        server = llama_cpp_python_server(logs / "server.log")
-        url = server.url
-    except pytest.skip.Exception:
-        if in_ci():
-            raise
-        server = llama_server(logs / "server.log")
-        url = server.url + "/v1"
+    server, url = openai_compatible_server(tmp_path_factory.mktemp("server") / "server.log")
     yield url
     server.stop()
 

@@ -17,7 +17,7 @@ from pytest_lsp import ClientServerConfig, LanguageClient
 
 from specd.daemon.client import Client
 from tests.lsp_session import DOC_TEXT, DOC_URI, encoding_of, initialize, inline_params, open_doc, position
-from tests.remote_servers import in_ci, llama_cpp_python_server, llama_server
+from tests.remote_servers import openai_compatible_server
 
 RUNTIME = Path(tempfile.mkdtemp(prefix="sdr-", dir="/tmp"))  # AF_UNIX paths stay short
 SOCKET = RUNTIME / "specd" / "s.sock"
@@ -29,15 +29,7 @@ LSP = [sys.executable, "-m", "specd", "lsp", "--socket", str(SOCKET), "--config"
 @pytest.fixture(scope="module")
 def shared_server(tmp_path_factory):
     """An OpenAI-compatible server, and the team's config file pointing at it."""
-    logs = tmp_path_factory.mktemp("server")
-    try:
-        server = llama_cpp_python_server(logs / "server.log")
-        url = server.url
-    except pytest.skip.Exception:
-        if in_ci():
-            raise
-        server = llama_server(logs / "server.log")  # the other real server, where built
-        url = server.url + "/v1"
+    server, url = openai_compatible_server(tmp_path_factory.mktemp("server") / "server.log")
     CONFIG.write_text(f'[daemon]\nbackend = "openai:{url}"\nremote_timeout_s = 120.0\n')
     yield server
     if SOCKET.exists():
