@@ -21,6 +21,7 @@ from specd.engine import tree
 from specd.engine.budget import DraftBudget
 from specd.engine.drafters import Chain, Drafter, Tree
 from specd.engine.policy import FixedK, KPolicy
+from specd.engine.prefill import prefill as prefill_cache
 from specd.engine.results import GenerationStats, Round
 from specd.engine.sampling import SamplingParams, restrict, sample, verify_greedy, verify_stochastic, warp
 from specd.models.protocol import CausalLM
@@ -104,10 +105,7 @@ def _prefill(target: CausalLM, drafter: Drafter | None, prompt: list[int]) -> in
     """Bring the caches up to all prompt tokens but the last, reusing the longest cached prefix;
     returns the target tokens reused."""
     context = torch.tensor(prompt[:-1], dtype=torch.long)
-    reused = target.common_prefix(context)
-    target.rollback(reused)
-    if reused < len(context):
-        target.forward(context[reused:], logits=False)
+    reused = prefill_cache(target, "target", context, None, max(1, len(context))).reused  # one forward
     if drafter is not None:
         drafter.prefill(prompt[:-1])
     return reused
