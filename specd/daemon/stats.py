@@ -3,25 +3,16 @@
 from __future__ import annotations
 
 import math
-import os
-import resource
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
+
+from specd.models.memory import rss_bytes
 
 if TYPE_CHECKING:  # a type only: the daemon never imports torch itself
     from specd.engine.results import GenerationStats
 
 LATENCY_WINDOW = 1000  # latest served requests the percentiles cover
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process, now (``/proc``), else its peak (``getrusage``)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def percentile(values: list[float], q: float) -> float:
