@@ -125,6 +125,12 @@ class EngineConfig:
                                         help="prefill in chunks of this many tokens; cancellation and preemption "
                                              "by another session take effect between chunks")
     windows: PromptWindows = nested(PromptWindows)
+    # the draft reads the text nearest the cursor only: its cold prefill is that much shorter; the
+    # target reads the whole prompt, so the output is unchanged (specd.engine.draft_window)
+    draft_prompt_tokens: int = setting(0, check=_not_negative,
+                                       help="the draft model's prompt: at most this many tokens of the target's "
+                                            "(repository context dropped first, then the far prefix; 0: the "
+                                            "target's whole prompt)")
     threads: int = setting(0, check=_not_negative, shown_default="0, the library's: all cores",
                            help="torch (and ONNX Runtime) intra-op threads")
     # auto: on the CPU, int8 | int4 on torch with specd's kernels (layers fused in C), ONNX Runtime

@@ -16,6 +16,7 @@ from typing import Callable
 import torch
 
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
+from specd.engine.draft_window import FIM_TOKENS, DraftPrompt, DraftWindow, WindowedDrafter, check_draft_window
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.prefill import prefill
 from specd.engine.prefix_cache import PrefixCache, block_bytes
@@ -40,9 +41,6 @@ from specd.engine.errors import VocabularyMismatch
 from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, RequestError
 from specd.schema import ConfigError
 
-FIM_TOKENS = 3  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> around the windows
-
-
 def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: CausalLM, draft_model: CausalLM) -> None:
     """Refuse a pair whose token ids do not mean the same thing."""
     if target_model.vocab_size != draft_model.vocab_size:
@@ -63,12 +61,16 @@ def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: Causal
 
 
 def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
-                 branch: int = 1, branch_below: float = 1.0) -> Drafter | None:
+                 branch: int = 1, branch_below: float = 1.0, window: DraftPrompt | None = None) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
-    ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``)."""
+    ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``).
+    ``window``: the draft model reads this prompt instead of the target's (n-gram lookup still
+    searches the whole sequence)."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
-    model = ModelDrafter(draft, branch, branch_below) if draft is not None else None
+    model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
+    if model is not None and window is not None:
+        model = WindowedDrafter(model, window)
     if kind == "model":
         return model
     ngram = NgramDrafter(capacity=capacity)
@@ -116,6 +118,8 @@ class Engine:
         self.tokenizer = tokenizer
         self.config = config
         self.prompts = PromptBuilder(tokenizer, config.windows)
+        check_draft_window(config.draft_prompt_tokens, config.windows.max_suffix_tokens)
+        self.draft_window = DraftWindow(config.draft_prompt_tokens, self.prompts.fim, tokenizer)
         if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= K_MAX)):
             raise ValueError(f"k must be 0..{K_MAX} or 'auto', got {config.k!r}")
         if config.tree not in TREE or config.tree_width < 1:
@@ -171,7 +175,8 @@ class Engine:
         else:
             policy = FixedK(self.config.k if isinstance(self.config.k, int) else 0, self.config.draft_min_prob)
         speculate = request.mode == "spec" and self._drafter is not None
-        base = self._drafter if request.tree is None else self._drafters[request.tree]
+        draft_prompt = self.draft_window.cut(prompt)
+        base = self._drafter_for(self.config.tree == "on" if request.tree is None else request.tree, draft_prompt)
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
         stream = TextStream(self.tokenizer, request.stop, on_delta,
                             (SuffixGuard(request.suffix), CodeEnd(request.prefix)))
@@ -191,7 +196,7 @@ class Engine:
             between_chunks = _interrupts(cancelled, preempted)
 
             def prefill_models(prompt: list[int], with_draft: bool) -> int:
-                return self._prefill_locked(prompt, with_draft, between_chunks)
+                return self._prefill_locked(prompt, draft_prompt.tokens, with_draft, between_chunks)
 
             try:
                 tokens, stats = generate(self.target, prompt, decoding, drafter, policy, on_round, prefill_models)
@@ -234,14 +239,24 @@ class Engine:
             if model is not None:
                 model.rollback(0)
 
-    def _prefill_locked(self, prompt: list[int], with_draft: bool, between_chunks: Callable[[], None]) -> int:
-        """Both caches up to ``prompt[:-1]`` (the draft's when ``with_draft``), through the prefix
+    def _drafter_for(self, tree: bool, draft_prompt: DraftPrompt) -> Drafter | None:
+        """The drafter of this request: the shared one, or one over the draft's own prompt window."""
+        if draft_prompt.shift == 0 or self._draft_cached is None:
+            return self._drafters[tree]
+        return make_drafter(self.config.drafter, self.draft, self.target.max_len,
+                            self.config.tree_width if tree else 1, self.config.tree_branch_below, draft_prompt)
+
+    def _prefill_locked(self, prompt: list[int], draft_prompt: list[int], with_draft: bool,
+                        between_chunks: Callable[[], None]) -> int:
+        """The target's cache up to ``prompt[:-1]`` and, when ``with_draft``, the draft's up to
+        ``draft_prompt[:-1]`` (its own window, its own prefix-cache blocks), through the prefix
         cache, in chunks; returns the target positions reused (live or restored)."""
-        context = torch.tensor(prompt[:-1], dtype=torch.long)
         chunk = self.config.prefill_chunk_tokens
-        done = prefill(self.target, "target", context, self._prefix, chunk, between_chunks)
+        done = prefill(self.target, "target", torch.tensor(prompt[:-1], dtype=torch.long), self._prefix, chunk,
+                       between_chunks)
         if with_draft and self._draft_cached is not None:
-            prefill(self._draft_cached, "draft", context, self._prefix, chunk, between_chunks)
+            prefill(self._draft_cached, "draft", torch.tensor(draft_prompt[:-1], dtype=torch.long), self._prefix,
+                    chunk, between_chunks)
         return done.reused
 
     @property
@@ -274,7 +289,7 @@ class Engine:
             if cancelled is not None and cancelled():
                 raise Cancelled()
             try:
-                self._prefill_locked(prompt, True, _interrupts(cancelled, None))
+                self._prefill_locked(prompt, self.draft_window.cut(prompt).tokens, True, _interrupts(cancelled, None))
             except Cancelled:
                 raise
             except BaseException:
