@@ -11,6 +11,7 @@ bit whatever the other rows in the call (batch-invariant, see the C file).
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator, Sequence
@@ -28,6 +29,10 @@ KERNEL_TYPES: dict[int, str] = {
                              GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K)
 }
 K_QUANTS = frozenset({int(GGMLQuantizationType.Q4_K), int(GGMLQuantizationType.Q6_K)})  # Q8_K activations
+# specd's repacked layout of a K-quant (ggml_blocks.h: 16 rows interleaved per super-block for the
+# AVX-512 VNNI kernels): its kernel type id is the GGUF type | X16
+X16 = 0x100
+X16_ROWS = 16
 
 
 def type_name(qtype: int) -> str:
@@ -114,15 +119,54 @@ def _check_part(p: GgufPart, k: int) -> None:
                          f"{list(p.raw.shape)} on {p.raw.device}")
 
 
+def repacks_here() -> bool:
+    """Whether K-quant weights are repacked at load (``GgufLinear``'s ``repack``): where the
+    kernels run AVX-512 VNNI (the repacked kernels' only SIMD path; elsewhere the GGUF layout is
+    faster), unless the environment variable SPECD_GG_REPACK=0 keeps the GGUF layout (A/B runs)."""
+    if os.environ.get("SPECD_GG_REPACK", "1") == "0":
+        return False
+    kernel = q8.kernel()
+    with kernel.lock:
+        return int(kernel.lib.gg_simd()) >= 3
+
+
+def repack_blocks(qtype: int, raw: torch.Tensor, k: int) -> tuple[int, torch.Tensor]:
+    """(kernel type, weight bytes) a part runs with: a K-quant tensor of whole groups of 16 rows
+    in specd's repacked layout (a new uint8 tensor of the same size per row, the same values:
+    ``unrepack_blocks`` gives the GGUF bytes back), anything else as stored."""
+    if qtype not in K_QUANTS or raw.shape[0] % X16_ROWS:
+        return qtype, raw
+    lib = q8.kernel().lib
+    out = torch.empty(raw.shape[0], int(lib.gg_row_bytes(qtype | X16, k)), dtype=torch.uint8)
+    if lib.gg_repack(qtype, raw.data_ptr(), raw.shape[0], k, out.data_ptr()) != 0:
+        raise ModelError(f"the kernels refused to repack a {type_name(qtype)} weight {list(raw.shape)} of width {k}")
+    return qtype | X16, out
+
+
+def unrepack_blocks(qtype: int, packed: torch.Tensor, k: int) -> torch.Tensor:
+    """The GGUF blocks ``[rows, row_bytes]`` a repacked K-quant weight came from, byte for byte."""
+    lib = q8.kernel().lib
+    out = torch.empty(packed.shape[0], row_bytes(qtype, k), dtype=torch.uint8)
+    if lib.gg_unrepack(qtype | X16, packed.data_ptr(), packed.shape[0], k, out.data_ptr()) != 0:
+        raise ModelError(f"cannot unrepack a {type_name(qtype)} weight {list(packed.shape)} of width {k}")
+    return out
+
+
 class GgufLinear:
     """``Linear`` over GGUF block rows: float32 ``[n, K]`` in, float32 ``[n, N]`` out, where the
     N output rows are the parts' rows in order (q, k and v, or gate and up, may each keep their
     own block format). Per call the activations are quantized once per activation format (A32 /
-    Q8_K) and each part's kernel writes its columns of the output directly."""
+    Q8_K) and each part's kernel writes its columns of the output directly.
+
+    ``repack`` (default: ``repacks_here()``): K-quant parts are copied once into specd's
+    interleaved layout (``repack_blocks``), which the AVX-512 VNNI kernels run for every number of rows
+    (one token, a verification, a prefill) with the same bits as the GGUF layout; the parts keep
+    their GGUF views (``parts``, for ``reference`` and ``dequantize``), which the caller may let the
+    OS drop from memory (``GgufFile.release``)."""
 
     bits = 0  # specd.models.q8layer's weight kind: part tables (kernel_abi.h gg_parts)
 
-    def __init__(self, parts: Sequence[GgufPart], in_features: int) -> None:
+    def __init__(self, parts: Sequence[GgufPart], in_features: int, repack: bool | None = None) -> None:
         if not parts:
             raise ModelError("a GGUF linear layer needs at least one weight tensor")
         for p in parts:
@@ -131,22 +175,33 @@ class GgufLinear:
         self.parts = list(parts)
         self.in_features = in_features
         self.out_features = sum(p.raw.shape[0] for p in self.parts)
+        if repack is None:
+            repack = repacks_here()
+        # per part the kernel type and the bytes it runs (repacked, or the GGUF view itself)
+        self.run = [repack_blocks(p.qtype, p.raw, in_features) if repack else (p.qtype, p.raw) for p in self.parts]
         # the part table the C side reads (gg_linear_parts, the fused layer's weights argument):
-        # int64 [count, (type, rows, address) per part]; the parts' tensors stay referenced above
-        self.packed = torch.tensor([len(self.parts)] + [v for p in self.parts
-                                    for v in (p.qtype, p.raw.shape[0], p.raw.data_ptr())], dtype=torch.int64)
+        # int64 [count, (type, rows, address) per part]; the tensors stay referenced in self.run
+        self.packed = torch.tensor([len(self.run)] + [v for t, w in self.run
+                                    for v in (t, w.shape[0], w.data_ptr())], dtype=torch.int64)
 
     @classmethod
-    def from_blocks(cls, name: str, qtype: int, raw: torch.Tensor, in_features: int) -> "GgufLinear":
+    def from_blocks(cls, name: str, qtype: int, raw: torch.Tensor, in_features: int,
+                    repack: bool | None = None) -> "GgufLinear":
         """One tensor's blocks ``raw`` uint8 ``[N, row_bytes]``."""
-        return cls([GgufPart(name, qtype, raw)], in_features)
+        return cls([GgufPart(name, qtype, raw)], in_features, repack=repack)
+
+    @property
+    def repacked(self) -> bool:
+        """Whether any part runs in the repacked layout."""
+        return any(t & X16 for t, _ in self.run)
 
     def types(self) -> list[str]:
         """The parts' block formats, in order (``['Q4_K', 'Q4_K', 'Q6_K']``)."""
         return [type_name(p.qtype) for p in self.parts]
 
     def nbytes(self) -> int:
-        return sum(p.raw.nbytes for p in self.parts)
+        """Bytes of the weights the kernels run (repacked copies, or the GGUF blocks)."""
+        return sum(w.nbytes for _, w in self.run)
 
     def _check_x(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2 or x.shape[1] != self.in_features:

@@ -178,6 +178,18 @@ class GgufFile:
         rows = math.prod(t.dims[1:])
         return torch.from_numpy(self._map[t.offset : t.offset + t.nbytes]).view(rows, t.nbytes // rows)
 
+    def release(self, name: str) -> None:
+        """Let the OS drop the tensor's pages from this process's memory (they stay in the file and
+        are read again if touched): for tensors whose bytes were copied into another layout."""
+        t = self.tensors[name]
+        mm = getattr(self._map, "_mmap", None)
+        if mm is None:
+            return
+        start = -(-t.offset // mmap.PAGESIZE) * mmap.PAGESIZE  # whole pages inside the tensor only
+        end = (t.offset + t.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+
     def dense(self, name: str) -> torch.Tensor:
         """The tensor as float32, a copy (``[rows, k]``, or ``[k]`` for a vector)."""
         t = self.tensors[name]
@@ -268,7 +280,11 @@ class GgufLinearFactory:
                                  f"{self.model} with --target-quant/--draft-quant int8 or int4 instead")
             raw = self.file.blocks(t)
             parts.append(GgufPart(t, qtype, raw if rows is None else raw.index_select(0, rows)))
-        return GgufLinear(parts, k)
+        linear = GgufLinear(parts, k)
+        for part, (_, w) in zip(linear.parts, linear.run):
+            if w is not part.raw:
+                self.file.release(part.name)  # repacked: the kernels no longer read the file's bytes
+        return linear
 
     def save(self) -> None:
         """Nothing to store: the file is the artifact."""

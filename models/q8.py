@@ -31,7 +31,7 @@ QK = 32
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 4
+ABI_VERSION = 5
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
@@ -51,6 +51,8 @@ _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "gg_quantize_ref": ([_I32, _P, _I64, _I64, _P], _I32),
     "gg_gemm": ([_I32, _P, _I64, _I64, _P, _I64, _P, _I64], _I32),
     "gg_gemm_ref": ([_I32, _P, _I64, _I64, _P, _I64, _P, _I64], _I32),
+    "gg_repack": ([_I32, _P, _I64, _I64, _P], _I32),
+    "gg_unrepack": ([_I32, _P, _I64, _I64, _P], _I32),
     "gg_parts_act_bytes": ([_I64, _I64], _I64),
     "gg_linear_parts": ([_P, _I64, _P, _I64, _P, _P], None),
 }

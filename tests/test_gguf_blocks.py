@@ -25,8 +25,11 @@ from specd.models.gguf_linear import (
     dequantize,
     dequantize_activations,
     quantize_activations,
+    repack_blocks,
+    repacks_here,
     simd_level,
     simd_levels,
+    unrepack_blocks,
 )
 
 pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
@@ -339,3 +342,77 @@ def test_portable_build_without_simd_gives_the_same_bits(tmp_path: Path) -> None
         assert lib.gg_quantize(int(qtype), x.data_ptr(), 9, k, act.data_ptr()) == 0
         assert lib.gg_gemm(int(qtype), lin.parts[0].raw.data_ptr(), 29, k, act.data_ptr(), 9, y.data_ptr(), 29) == 0
         assert np.array_equal(bits(y), bits(lin(x))), qtype.name
+
+
+# ---------------------------------------------------------------------------------------------
+# specd's repacked K-quant layout (16 rows interleaved per super-block, the AVX-512 VNNI kernels)
+
+
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_repacking_keeps_every_byte(qtype: T) -> None:
+    """The repacked layout holds the same values: unrepacking gives the GGUF bytes back exactly,
+    and its dequantization is gguf-py's."""
+    for k in (256, 1536):
+        raw = torch.from_numpy(random_blocks(qtype, 48, k, seed=k))
+        kind, packed = repack_blocks(int(qtype), raw, k)
+        assert kind != int(qtype) and packed.shape[0] == 48 and not torch.equal(packed, raw)
+        assert torch.equal(unrepack_blocks(int(qtype), packed, k), raw)
+        want = gquants.dequantize(raw.numpy(), qtype).reshape(48, k)
+        got = torch.empty(48, k)
+        assert q8.kernel().lib.gg_dequantize(kind, packed.data_ptr(), 48, k, got.data_ptr()) == 0
+        assert np.array_equal(bits(got), bits(want))
+
+
+def test_only_whole_groups_of_16_rows_of_k_quants_are_repacked() -> None:
+    for qtype, rows, repacked in ((T.Q4_K, 32, True), (T.Q6_K, 16, True), (T.Q4_K, 40, False), (T.Q8_0, 32, False)):
+        raw = torch.from_numpy(random_blocks(qtype, rows, 512, seed=rows))
+        lin = GgufLinear.from_blocks("w", int(qtype), raw, 512, repack=True)
+        assert lin.repacked is repacked
+        assert GgufLinear.from_blocks("w", int(qtype), raw, 512, repack=False).repacked is False
+    assert repacks_here() is (3 in LEVELS)
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda v: {0: "scalar", 2: "avx2", 3: "avx512"}[v])
+@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+def test_repacked_layout_equals_the_reference_for_every_row_count(qtype: T, level: int) -> None:
+    """The repacked kernels (AVX-512 VNNI: 16 output columns per vector, tiles of up to 8 rows;
+    below it, each group unpacked to the GGUF path) give every row the scalar reference's bits on
+    the GGUF blocks, for 1..20 rows, a prefill chunk and more than one row block, narrow and wide
+    (8960: the target's ffn_down) inputs, and the same bits as the GGUF layout."""
+    for k, cols in ((768, 48), (8960, 32)):
+        raw = torch.from_numpy(random_blocks(qtype, cols, k, seed=k + cols))
+        packed = GgufLinear.from_blocks("w", int(qtype), raw, k, repack=True)
+        plain = GgufLinear.from_blocks("w", int(qtype), raw, k, repack=False)
+        assert packed.repacked
+        x = torch.randn(150, k, generator=torch.Generator().manual_seed(cols))
+        x[:, 5] *= 40  # one large channel, as Qwen's activations have
+        ref = plain.reference(x)  # [150, cols], gg_gemm_ref on the GGUF blocks
+        assert np.array_equal(bits(packed.reference(x[:9])), bits(ref[:9]))
+        with simd_level(level):
+            counts = [*range(1, 21), 64, 70, 150] if level else [1, 5, 9]
+            for n in counts:
+                assert np.array_equal(bits(packed(x[:n])), bits(ref[:n])), f"{qtype.name} k={k} n={n} level={level}"
+            assert np.array_equal(bits(packed(x[7:20])), bits(ref[7:20]))
+
+
+def test_repacked_layout_is_batch_and_thread_invariant() -> None:
+    """A row's result is the same alone, among many rows, with one thread or two, and in a part
+    table mixing repacked and GGUF-layout parts."""
+    k = 1536
+    parts = [GgufPart("gate", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 208, k, 1))),
+             GgufPart("up", int(T.Q6_K), torch.from_numpy(random_blocks(T.Q6_K, 96, k, 2))),
+             GgufPart("odd", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 24, k, 3)))]
+    lin = GgufLinear(parts, k, repack=True)
+    assert [t & 0x100 != 0 for t, _ in lin.run] == [True, True, False]
+    x = torch.randn(40, k, generator=torch.Generator().manual_seed(5))
+    alone = torch.cat([lin(x[i : i + 1]) for i in range(40)])
+    assert np.array_equal(bits(lin(x)), bits(alone))
+    assert np.array_equal(bits(lin(x)), bits(lin.reference(x)))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lin(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert np.array_equal(bits(one), bits(alone))
+    assert lin.nbytes() == sum(w.nbytes for _, w in lin.run)

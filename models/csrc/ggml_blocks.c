@@ -67,11 +67,16 @@ int64_t gg_row_bytes(int type, int64_t k) {
     case GG_Q8_0: return k % QK32 ? -1 : k / QK32 * (int64_t)sizeof(block_q8_0);
     case GG_Q4_K: return k % QK_K ? -1 : k / QK_K * (int64_t)sizeof(block_q4_K);
     case GG_Q6_K: return k % QK_K ? -1 : k / QK_K * (int64_t)sizeof(block_q6_K);
+    /* repacked (ggml_blocks.h): a row's share of its group of 16 */
+    case GG_Q4_K_X16: return k % QK_K ? -1 : k / QK_K * (X16_Q4_K_BYTES / 16);
+    case GG_Q6_K_X16: return k % QK_K ? -1 : k / QK_K * (X16_Q6_K_BYTES / 16);
     default: return -1;
     }
 }
 
-static int is_k_quant(int type) { return type == GG_Q4_K || type == GG_Q6_K; }
+static int is_x16(int type) { return (type & GG_X16) != 0; }
+static int base_type(int type) { return type & ~GG_X16; }
+static int is_k_quant(int type) { return base_type(type) == GG_Q4_K || base_type(type) == GG_Q6_K; }
 
 /* bytes of one activation row of k elements quantized for weights of `type` (A32 or Q8_K);
  * -1 as gg_row_bytes */
@@ -238,10 +243,165 @@ static void dequantize_q6_K(const block_q6_K *x, float *y, int64_t k) {
     }
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* repacked K-quants (layouts: ggml_blocks.h), scalar, both directions                        */
+
+/* the 4-bit code of element e of a Q4_K block (dequantize_q4_K's order) */
+static inline int q4_K_code(const block_q4_K *b, int e) {
+    const uint8_t q = b->qs[32 * (e / 64) + e % 32];
+    return e % 64 < 32 ? q & 0xF : q >> 4;
+}
+
+/* super-block i of 16 GGUF rows (rows[c], c < 16) -> its repacked bytes at g */
+static void repack_q4_K(const block_q4_K *const *rows, int64_t i, uint8_t *g) {
+    uint8_t *sc = g + 2048, *mn = g + 2176;
+    for (int c = 0; c < 16; c++) {
+        const block_q4_K *b = rows[c] + i;
+        for (int s = 0; s < 8; s++)
+            for (int h = 0; h < 4; h++)
+                for (int e = 0; e < 4; e++)
+                    g[64 * (4 * s + h) + 4 * c + e] =
+                        (uint8_t)(q4_K_code(b, 32 * s + 4 * h + e) | q4_K_code(b, 32 * s + 16 + 4 * h + e) << 4);
+        for (int s = 0; s < 8; s++) {
+            uint8_t scale, min;
+            scale_min_k4(s, b->scales, &scale, &min);
+            sc[16 * s + c] = scale;
+            mn[32 * (s / 2) + 2 * c + s % 2] = min;
+        }
+        memcpy(g + 2304 + 2 * c, &b->d, 2);
+        memcpy(g + 2336 + 2 * c, &b->dmin, 2);
+    }
+}
+
+/* the inverse: the repacked super-block at g -> super-block i of the 16 rows */
+static void unrepack_q4_K(const uint8_t *g, int64_t i, block_q4_K *const *rows) {
+    const uint8_t *sc = g + 2048, *mn = g + 2176;
+    for (int c = 0; c < 16; c++) {
+        block_q4_K *b = rows[c] + i;
+        for (int s = 0; s < 8; s++)
+            for (int h = 0; h < 4; h++)
+                for (int e = 0; e < 4; e++) {
+                    const uint8_t v = g[64 * (4 * s + h) + 4 * c + e];
+                    for (int half = 0; half < 2; half++) { /* elements 32s + 16 half + 4h + e */
+                        const int el = 32 * s + 16 * half + 4 * h + e, code = half ? v >> 4 : v & 0xF;
+                        uint8_t *q = &b->qs[32 * (el / 64) + el % 32];
+                        *q = el % 64 < 32 ? (uint8_t)((*q & 0xF0) | code) : (uint8_t)((*q & 0x0F) | code << 4);
+                    }
+                }
+        uint8_t scl[8], mns[8];
+        for (int s = 0; s < 8; s++) {
+            scl[s] = sc[16 * s + c];
+            mns[s] = mn[32 * (s / 2) + 2 * c + s % 2];
+        }
+        /* get_scale_min_k4's packing: bytes 0..3 sc[0..3] | sc[4..7] >> 4 << 6, 4..7 the mins
+         * alike, 8..11 the low nibbles of sc[4..7] | those of m[4..7] << 4 */
+        for (int j = 0; j < 4; j++) {
+            b->scales[j] = (uint8_t)(scl[j] | (scl[j + 4] >> 4) << 6);
+            b->scales[j + 4] = (uint8_t)(mns[j] | (mns[j + 4] >> 4) << 6);
+            b->scales[j + 8] = (uint8_t)((scl[j + 4] & 0xF) | (mns[j + 4] & 0xF) << 4);
+        }
+        memcpy(&b->d, g + 2304 + 2 * c, 2);
+        memcpy(&b->dmin, g + 2336 + 2 * c, 2);
+    }
+}
+
+static void repack_q6_K(const block_q6_K *const *rows, int64_t i, uint8_t *g) {
+    for (int c = 0; c < 16; c++) {
+        const block_q6_K *b = rows[c] + i;
+        for (int s = 0; s < 16; s++) {
+            for (int h = 0; h < 2; h++)
+                for (int e = 0; e < 4; e++)
+                    g[64 * (2 * s + h) + 4 * c + e] = (uint8_t)((q6_K_code(b, 16 * s + 4 * h + e) & 0xF) |
+                                                                (q6_K_code(b, 16 * s + 8 + 4 * h + e) & 0xF) << 4);
+            for (int e = 0; e < 4; e++) {
+                uint8_t u = 0;
+                for (int q = 0; q < 4; q++) u |= (uint8_t)((q6_K_code(b, 16 * s + 4 * q + e) >> 4) << (2 * q));
+                g[2048 + 64 * s + 4 * c + e] = u;
+            }
+            g[3072 + 16 * s + c] = (uint8_t)b->scales[s];
+        }
+        memcpy(g + 3328 + 2 * c, &b->d, 2);
+    }
+}
+
+static void unrepack_q6_K(const uint8_t *g, int64_t i, block_q6_K *const *rows) {
+    for (int c = 0; c < 16; c++) {
+        block_q6_K *b = rows[c] + i;
+        for (int el = 0; el < QK_K; el++) {
+            const int s = el / 16, r = el % 16, q = r / 4, e = r % 4; /* r = 4q + e */
+            const uint8_t v = g[64 * (2 * s + (q & 1)) + 4 * c + e];
+            const int code = (q < 2 ? v & 0xF : v >> 4) | ((g[2048 + 64 * s + 4 * c + e] >> (2 * q)) & 3) << 4;
+            /* q6_K_code's bit places, written back */
+            const int half = el / 128, quad = (el % 128) / 32, l = el % 32;
+            uint8_t *ql = &b->ql[64 * half + l + (quad & 1) * 32], *qh = &b->qh[32 * half + l];
+            *ql = quad < 2 ? (uint8_t)((*ql & 0xF0) | (code & 0xF)) : (uint8_t)((*ql & 0x0F) | (code & 0xF) << 4);
+            *qh = (uint8_t)((*qh & ~(3 << (2 * quad))) | (code >> 4) << (2 * quad));
+        }
+        for (int s = 0; s < 16; s++) b->scales[s] = (int8_t)g[3072 + 16 * s + c];
+        memcpy(&b->d, g + 3328 + 2 * c, 2);
+    }
+}
+
+/* bytes of one repacked super-block of 16 rows of `type` (a repacked type or its base) */
+static int64_t x16_bytes(int type) { return base_type(type) == GG_Q4_K ? X16_Q4_K_BYTES : X16_Q6_K_BYTES; }
+
+/* N rows x k of `type` (GG_Q4_K or GG_Q6_K, as GGUF stores them) at w -> the repacked layout of
+ * the same values at out (N * gg_row_bytes(type | GG_X16, k) bytes); -1 unless N is a multiple of
+ * 16 and the type a K-quant fitting k */
+int gg_repack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out) {
+    const int64_t rb = gg_row_bytes(type, k), nsb = k / QK_K;
+    if (is_x16(type) || !is_k_quant(type) || rb < 0 || N < 0 || N % 16) return -1;
+    const int64_t gb = x16_bytes(type);
+#pragma omp parallel for num_threads(specd_team_size()) if (N * k >= (1 << 20))
+    for (int64_t g = 0; g < N / 16; g++) {
+        const uint8_t *rows[16];
+        for (int c = 0; c < 16; c++) rows[c] = w + (16 * g + c) * rb;
+        for (int64_t i = 0; i < nsb; i++) {
+            uint8_t *o = out + (g * nsb + i) * gb;
+            if (type == GG_Q4_K) repack_q4_K((const block_q4_K *const *)rows, i, o);
+            else repack_q6_K((const block_q6_K *const *)rows, i, o);
+        }
+    }
+    return 0;
+}
+
+/* groups g0 .. g1 - 1 of a repacked `type` at w (rows 16 g0 .. 16 g1 - 1) -> their GGUF rows at out */
+static void unrepack_groups(int type, const uint8_t *w, int64_t k, int64_t g0, int64_t g1, uint8_t *out) {
+    const int64_t nsb = k / QK_K, gb = x16_bytes(type), rb = gg_row_bytes(base_type(type), k);
+    for (int64_t g = g0; g < g1; g++) {
+        uint8_t *rows[16];
+        for (int c = 0; c < 16; c++) rows[c] = out + ((g - g0) * 16 + c) * rb;
+        for (int64_t i = 0; i < nsb; i++) {
+            const uint8_t *x = w + (g * nsb + i) * gb;
+            if (base_type(type) == GG_Q4_K) unrepack_q4_K(x, i, (block_q4_K *const *)rows);
+            else unrepack_q6_K(x, i, (block_q6_K *const *)rows);
+        }
+    }
+}
+
+/* N rows x k of a repacked type at w -> the GGUF blocks they came from, byte for byte; -1 as gg_repack */
+int gg_unrepack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out) {
+    if (!is_x16(type) || gg_row_bytes(type, k) < 0 || N < 0 || N % 16) return -1;
+    unrepack_groups(type, w, k, 0, N / 16, out);
+    return 0;
+}
+
 /* rows x k elements of `type` at w -> float32 out [rows, k]; -1 when the kernels lack the type */
 int gg_dequantize(int type, const uint8_t *w, int64_t rows, int64_t k, float *out) {
     const int64_t rb = gg_row_bytes(type, k);
     if (rb < 0 || rows < 0) return -1;
+    if (is_x16(type)) { /* through the GGUF blocks, 16 rows at a time */
+        if (rows % 16) return -1;
+        const int64_t brb = gg_row_bytes(base_type(type), k);
+        uint8_t *tmp = malloc((size_t)(16 * brb));
+        if (!tmp) return -1;
+        for (int64_t g = 0; g < rows / 16; g++) {
+            unrepack_groups(type, w, k, g, g + 1, tmp);
+            gg_dequantize(base_type(type), tmp, 16, k, out + 16 * g * k);
+        }
+        free(tmp);
+        return 0;
+    }
     for (int64_t r = 0; r < rows; r++) {
         const void *row = w + r * rb;
         float *y = out + r * k;
@@ -1237,7 +1397,189 @@ GG_T512 static void gemm_part512(int type, const uint8_t *w, int64_t k, const ui
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* AVX-512 VNNI over the repacked K-quants (ggml_blocks.h): int32 lane c of every vector is     */
+/* output column c of a group of 16, so a block's integer sums need no horizontal reduction:    */
+/* per 4 elements one vpdpbusd of the 16 columns' codes against the activation row's 4 codes    */
+/* broadcast; per sub-block its int32 sums times the 16 columns' scales (vpmulld, exact); the   */
+/* float steps are the reference's per (row, column), 16 columns at once. Integer sums are      */
+/* exact, so each output equals the scalar reference's bit for bit, whatever R.                 */
+
+/* the 4 int8 codes at q as one int32, broadcast to 16 lanes */
+GG_T512 static inline __m512i bcast4(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm512_set1_epi32(v);
+}
+
+/* Q4_K_X16: group g (nsb repacked super-blocks at w) against R rows (R <= 8) of Q8_K activations
+ * xr[j]; bs[j][8 i + s] = row j's sum of the codes of sub-block s of super-block i (int16);
+ * out[16 j + c] = row j's output of column c */
+GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, const uint8_t *w, int64_t nsb,
+                                                                   const block_q8_K *const *xr,
+                                                                   const int16_t *const *bs, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 acc[8];
+    for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
+        __m512i isum[8], sub[8];
+        for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
+        for (int s = 0; s < 8; s++) {
+            for (int j = 0; j < R; j++) sub[j] = _mm512_setzero_si512();
+            for (int h = 0; h < 4; h++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(w + 64 * (4 * s + h)));
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                for (int j = 0; j < R; j++) {
+                    const int8_t *q = xr[j][i].qs + 32 * s + 4 * h;
+                    sub[j] = _mm512_dpbusd_epi32(sub[j], lo, bcast4(q));
+                    sub[j] = _mm512_dpbusd_epi32(sub[j], hi, bcast4(q + 16));
+                }
+            }
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 2048 + 16 * s)));
+            for (int j = 0; j < R; j++) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sub[j], sc));
+        }
+        /* msum = sum_s m_s * (row's sum of sub-block s), by pairs of sub-blocks (vpdpwssd, exact) */
+        __m512i mp[4];
+        for (int p = 0; p < 4; p++) mp[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + 2176 + 32 * p)));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 2304)));
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 2336)));
+        for (int j = 0; j < R; j++) {
+            __m512i ms = _mm512_setzero_si512();
+            for (int p = 0; p < 4; p++) {
+                int32_t pair;
+                memcpy(&pair, bs[j] + 8 * i + 2 * p, 4);
+                ms = _mm512_dpwssd_epi32(ms, mp[p], _mm512_set1_epi32(pair));
+            }
+            const __m512 xd = _mm512_set1_ps(xr[j][i].d);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[j]), _mm512_mul_ps(dw, xd), acc[j]);
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(_mm512_setzero_si512(), ms)),
+                                     _mm512_mul_ps(mw, xd), acc[j]);
+        }
+    }
+    for (int j = 0; j < R; j++) _mm512_storeu_ps(out + 16 * j, acc[j]);
+}
+
+/* Q6_K_X16: as x16_q4_K (bs unused: Q8_K's own 16-element sums serve the -32 offset) */
+GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, const uint8_t *w, int64_t nsb,
+                                                                   const block_q8_K *const *xr, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3), m30 = _mm512_set1_epi8(0x30);
+    __m512 acc[8];
+    for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
+        __m512i isum[8], sub[8];
+        for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
+        for (int s = 0; s < 16; s++) {
+            const __m512i v0 = _mm512_loadu_si512((const void *)(w + 128 * s));
+            const __m512i v1 = _mm512_loadu_si512((const void *)(w + 128 * s + 64));
+            const __m512i u = _mm512_loadu_si512((const void *)(w + 2048 + 64 * s));
+            /* the codes 0..63 of elements 16s + 4q + e, q < 4 */
+            const __m512i q0 = _mm512_or_si512(_mm512_and_si512(v0, m4), _mm512_slli_epi16(_mm512_and_si512(u, m3), 4));
+            const __m512i q1 = _mm512_or_si512(_mm512_and_si512(v1, m4),
+                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(u, 2), m3), 4));
+            const __m512i q2 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), _mm512_and_si512(u, m30));
+            const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
+                                               _mm512_and_si512(_mm512_srli_epi16(u, 2), m30));
+            for (int j = 0; j < R; j++) {
+                const int8_t *q = xr[j][i].qs + 16 * s;
+                __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, bcast4(q));
+                t = _mm512_dpbusd_epi32(t, q1, bcast4(q + 4));
+                t = _mm512_dpbusd_epi32(t, q2, bcast4(q + 8));
+                sub[j] = _mm512_dpbusd_epi32(t, q3, bcast4(q + 12));
+            }
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 3072 + 16 * s)));
+            for (int j = 0; j < R; j++) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sub[j], sc));
+        }
+        /* isum -= 32 * sum_s sc_s * (row's sum of sub-block s), by pairs of sub-blocks */
+        for (int j = 0; j < R; j++) sub[j] = _mm512_setzero_si512();
+        for (int p = 0; p < 8; p++) {
+            const __m128i a = _mm_loadu_si128((const __m128i *)(w + 3072 + 32 * p));
+            const __m128i b = _mm_loadu_si128((const __m128i *)(w + 3072 + 32 * p + 16));
+            const __m512i scp = _mm512_cvtepi8_epi16(
+                _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b), 1));
+            for (int j = 0; j < R; j++) {
+                int32_t pair;
+                memcpy(&pair, xr[j][i].bsums + 2 * p, 4);
+                sub[j] = _mm512_dpwssd_epi32(sub[j], scp, _mm512_set1_epi32(pair));
+            }
+        }
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 3328)));
+        for (int j = 0; j < R; j++) {
+            const __m512i is = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(sub[j], 5));
+            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(xr[j][i].d)), acc[j]);
+        }
+    }
+    for (int j = 0; j < R; j++) _mm512_storeu_ps(out + 16 * j, acc[j]);
+}
+
+GG_T512 static inline __attribute__((always_inline)) void x16_tile(int type, const int R, const uint8_t *w, int64_t nsb,
+                                                                   const block_q8_K *const *xr,
+                                                                   const int16_t *const *bs, float *out) {
+    if (base_type(type) == GG_Q4_K) x16_q4_K(R, w, nsb, xr, bs, out);
+    else x16_q6_K(R, w, nsb, xr, out);
+}
+
+/* output columns o0 .. o1 - 1 (multiples of 16) of all n rows over a repacked type: per block of
+ * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (as even as
+ * possible) while its weights stay in cache */
+GG_T512 static void gemm_x16_512(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
+                                 int64_t ldy, int64_t o0, int64_t o1) {
+    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type);
+    const int q4k = base_type(type) == GG_Q4_K;
+    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
+        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
+        const block_q8_K *xr[ROW_BLOCK];
+        for (int64_t r = 0; r < rows; r++) xr[r] = (const block_q8_K *)(act + (b0 + r) * nsb * (int64_t)sizeof(block_q8_K));
+        /* Q4_K: each row's sums per sub-block of 32 (Q8_K keeps them per 16) */
+        int16_t bsv[q4k ? ROW_BLOCK * nsb * 8 : 1];
+        const int16_t *bs[ROW_BLOCK];
+        if (q4k)
+            for (int64_t r = 0; r < rows; r++) {
+                bs[r] = bsv + r * nsb * 8;
+                for (int64_t i = 0; i < nsb; i++)
+                    for (int s = 0; s < 8; s++)
+                        bsv[(r * nsb + i) * 8 + s] = (int16_t)(xr[r][i].bsums[2 * s] + xr[r][i].bsums[2 * s + 1]);
+            }
+        const int64_t tiles = (rows + 7) / 8;
+        for (int64_t o = o0; o < o1; o += 16) {
+            const uint8_t *wg = w + o / 16 * gbytes;
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t r0 = tile_start(rows, tiles, t);
+                const int R = (int)(tile_start(rows, tiles, t + 1) - r0);
+                float out[8 * 16];
+                const block_q8_K *const *x = xr + r0;
+                const int16_t *const *b = bs + r0;
+                switch (R) {
+                case 8: x16_tile(type, 8, wg, nsb, x, b, out); break;
+                case 7: x16_tile(type, 7, wg, nsb, x, b, out); break;
+                case 6: x16_tile(type, 6, wg, nsb, x, b, out); break;
+                case 5: x16_tile(type, 5, wg, nsb, x, b, out); break;
+                case 4: x16_tile(type, 4, wg, nsb, x, b, out); break;
+                case 3: x16_tile(type, 3, wg, nsb, x, b, out); break;
+                case 2: x16_tile(type, 2, wg, nsb, x, b, out); break;
+                default: x16_tile(type, 1, wg, nsb, x, b, out); break;
+                }
+                for (int j = 0; j < R; j++) memcpy(y + (b0 + r0 + j) * ldy + o, out + 16 * j, 16 * sizeof(float));
+            }
+        }
+    }
+}
 #endif
+
+/* a repacked type below AVX-512 (tests, or SPECD_GG_SIMD lowered after load): each group of 16
+ * rows back to its GGUF blocks, then the format's path (slow; the repacking happens only where the
+ * CPU runs AVX-512 VNNI) */
+static void gemm_x16_unpacked(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
+                              int64_t ldy, int64_t o0, int64_t o1, int level) {
+    const int64_t brb = gg_row_bytes(base_type(type), k);
+    uint8_t *tmp = malloc((size_t)(16 * brb));
+    if (!tmp) abort();
+    for (int64_t o = o0; o < o1; o += 16) {
+        unrepack_groups(type, w, k, o / 16, o / 16 + 1, tmp);
+        gemm_part(base_type(type), tmp, k, act, n, y + o, ldy, 0, 16, level);
+    }
+    free(tmp);
+}
 
 /* the first output column of part i of `parts` over total columns, aligned to `align` */
 static int64_t split(int64_t total, int parts, int i, int64_t align) {
@@ -1283,7 +1625,7 @@ int gg_quantize_ref(int type, const float *x, int64_t n, int64_t k, uint8_t *act
  * the kernels lack the type or k does not fit its blocks. */
 int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
             int64_t ldy) {
-    if (gg_row_bytes(type, k) < 0 || N < 0 || n < 0 || ldy < N) return -1;
+    if (gg_row_bytes(type, k) < 0 || N < 0 || n < 0 || ldy < N || (is_x16(type) && N % 16)) return -1;
     /* small calls stay on one thread: waking the pool costs more than it saves */
     const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18), level = gg_simd();
     (void)parallel; /* (unused without OpenMP) */
@@ -1291,11 +1633,19 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
     {
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t o0 = split(N, t, tid, 16), o1 = split(N, t, tid + 1, 16);
+        if (is_x16(type)) {
 #if GG_AVX2
-        if (level >= GG_LEVEL_AVX512) gemm_part512(type, w, k, act, n, y, ldy, o0, o1);
-        else
+            if (level >= GG_LEVEL_AVX512) gemm_x16_512(type, w, k, act, n, y, ldy, o0, o1);
+            else
 #endif
-            gemm_part(type, w, k, act, n, y, ldy, o0, o1, level);
+                gemm_x16_unpacked(type, w, k, act, n, y, ldy, o0, o1, level);
+        } else {
+#if GG_AVX2
+            if (level >= GG_LEVEL_AVX512) gemm_part512(type, w, k, act, n, y, ldy, o0, o1);
+            else
+#endif
+                gemm_part(type, w, k, act, n, y, ldy, o0, o1, level);
+        }
     }
     return 0;
 }
@@ -1305,6 +1655,16 @@ int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t 
                 int64_t ldy) {
     const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k);
     if (wrb < 0 || N < 0 || n < 0 || ldy < N) return -1;
+    if (is_x16(type)) { /* the GGUF rows back, then their reference */
+        if (N % 16) return -1;
+        const int64_t brb = gg_row_bytes(base_type(type), k);
+        uint8_t *tmp = malloc((size_t)(N * brb));
+        if (!tmp) return -1;
+        unrepack_groups(type, w, k, 0, N / 16, tmp);
+        const int rc = gg_gemm_ref(base_type(type), tmp, N, k, act, n, y, ldy);
+        free(tmp);
+        return rc;
+    }
     for (int64_t r = 0; r < n; r++)
         for (int64_t o = 0; o < N; o++) y[r * ldy + o] = dot_ref(type, w + o * wrb, act + r * arb, k);
     return 0;

@@ -44,4 +44,23 @@ _Static_assert(sizeof(block_q4_K) == 144, "Q4_K block: 144 bytes");
 _Static_assert(sizeof(block_q6_K) == 210, "Q6_K block: 210 bytes");
 _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block: 292 bytes");
 
+/* specd's own repacked layouts of the K-quants (not GGUF's; built once at load by gg_repack for
+ * the AVX-512 VNNI kernels, where the CPU has them): the rows of a tensor in groups of 16, each
+ * group's super-blocks one after another, super-block i of group g at (g * nsb + i) * bytes. In one
+ * such super-block, "col c" is row 16 g + c of the tensor and a "vector" is 64 bytes, byte 4 c + e
+ * of it belonging to col c (so int32 lane c of a 512-bit register is col c):
+ *   Q4_K_X16 (2368 bytes): vectors v[s][h] (s < 8 sub-blocks, h < 4): byte 4c+e = code of element
+ *            32s + 4h + e (low nibble) | code of element 32s + 16 + 4h + e (high nibble); then
+ *            sc[s][c] (uint8, 128 bytes), m[p][c][2] = (m[2p][c], m[2p+1][c]) (uint8, 128 bytes),
+ *            d[c], dmin[c] (fp16, 32 bytes each)
+ *   Q6_K_X16 (3360 bytes): vectors v[s][h] (s < 16 sub-blocks of 16, h < 2): byte 4c+e = low 4
+ *            bits of element 16s + 4h + e | those of element 16s + 8 + 4h + e << 4; vectors u[s]:
+ *            byte 4c+e = the high 2 bits of elements 16s + e, 16s + 4 + e, 16s + 8 + e, 16s + 12 + e
+ *            at bits 0, 2, 4, 6; then sc[s][c] (int8, 256 bytes), d[c] (fp16, 32 bytes)
+ * The same values as the GGUF blocks, byte for byte recoverable (gg_unrepack). */
+#define GG_X16 0x100
+enum { GG_Q4_K_X16 = GG_X16 | GG_Q4_K, GG_Q6_K_X16 = GG_X16 | GG_Q6_K };
+#define X16_Q4_K_BYTES 2368
+#define X16_Q6_K_BYTES 3360
+
 #endif

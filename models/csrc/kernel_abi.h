@@ -14,7 +14,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 4
+#define SPECD_KERNEL_ABI_VERSION 5
 
 #define SPECD_KERNEL_SIGNATURES                                                                \
     "q8_linear(p,i64,i64,p,i64,p,p,p)->void;"                                                  \
@@ -35,6 +35,8 @@
     "gg_quantize_ref(i32,p,i64,i64,p)->i32;"                                                   \
     "gg_gemm(i32,p,i64,i64,p,i64,p,i64)->i32;"                                                 \
     "gg_gemm_ref(i32,p,i64,i64,p,i64,p,i64)->i32;"                                             \
+    "gg_repack(i32,p,i64,i64,p)->i32;"                                                         \
+    "gg_unrepack(i32,p,i64,i64,p)->i32;"                                                       \
     "gg_parts_act_bytes(i64,i64)->i64;"                                                        \
     "gg_linear_parts(p,i64,p,i64,p,p)->void;"                                                  \
     "gg_parts[count,type,rows,pointer]->i64"
@@ -76,6 +78,9 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
             int64_t ldy);
 int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act, int64_t n, float *y,
                 int64_t ldy);
+/* the K-quants' repacked layouts (ggml_blocks.h: type | GG_X16), both directions */
+int gg_repack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out);
+int gg_unrepack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out);
 /* a linear of several parts; parts[]: count, then per part type, rows, address (all int64) */
 int64_t gg_parts_act_bytes(int64_t k, int64_t n);
 void gg_linear_parts(const int64_t *parts, int64_t k, const float *x, int64_t n, float *y, uint8_t *act);
