@@ -69,7 +69,9 @@ def _model_or_none(value: str) -> str | None:
 
 @dataclass(frozen=True)
 class PromptWindows:
-    max_prefix_tokens: int = setting(1024, check=_positive, help="prefix window: tokens before the cursor")
+    # 384 (was 1024) by measurement (bench/RESULTS.md, session 8): on single-line tasks from real code
+    # the shorter windows lost nothing, and a cold prompt costs ~10 ms a token in both models
+    max_prefix_tokens: int = setting(384, check=_positive, help="prefix window: tokens before the cursor")
     # In FIM order a keystroke recomputes every suffix token, in both models: kept short (the
     # trade-off against completion quality is measured in bench/HISTORY.md, "keystrokes").
     max_suffix_tokens: int = setting(32, check=_positive,
