@@ -232,23 +232,29 @@ def typing(engine, args, chosen: list[Case]) -> list[dict]:
 
 def cold(engine, args, chosen: list[Case]) -> list[dict]:
     rows = []
+    modes = args.cold_modes.split(",")
     for c in chosen:
         for pt in _ints(args.cold_prefix_tokens):
-            set_windows(engine, max_prefix_tokens=pt)
-            engine.reset()
-            out = engine.complete(request(c.prefix, c.suffix, "spec", args.typing_max_tokens))
-            s = out.stats
-            rows.append({"task": c.id, "prefix_tokens": pt, "prompt_tokens": s.prompt_tokens,
-                         "prefill_ms": s.prefill_ms, "ttft_ms": s.ttft_ms, "total_ms": s.total_ms})
-            print(f"{c.id} p{pt}: {s.prompt_tokens} tokens, prefill {s.prefill_ms:.0f} ms", file=sys.stderr, flush=True)
-    print(f"\n{len(chosen)} tasks ({args.tasks}), cold speculative requests, max {args.typing_max_tokens} tokens; medians")
-    print("| prefix window | prompt tokens | prefill ms | time to first token ms | total ms |")
-    print("|---|---|---|---|---|")
-    for pt in _ints(args.cold_prefix_tokens):
-        rs = [r for r in rows if r["prefix_tokens"] == pt]
-        print(f"| {pt} | {statistics.median(r['prompt_tokens'] for r in rs):.0f} | "
-              f"{statistics.median(r['prefill_ms'] for r in rs):.0f} | {statistics.median(r['ttft_ms'] for r in rs):.0f} | "
-              f"{statistics.median(r['total_ms'] for r in rs):.0f} |")
+            for mode in modes:  # spec prefills both models, target the target alone
+                set_windows(engine, max_prefix_tokens=pt)
+                engine.reset()
+                out = engine.complete(request(c.prefix, c.suffix, mode, args.typing_max_tokens))
+                s = out.stats
+                rows.append({"task": c.id, "mode": mode, "prefix_tokens": pt, "prompt_tokens": s.prompt_tokens,
+                             "prefill_ms": s.prefill_ms, "ttft_ms": s.ttft_ms, "total_ms": s.total_ms})
+                print(f"{c.id} {mode} p{pt}: {s.prompt_tokens} tokens, prefill {s.prefill_ms:.0f} ms",
+                      file=sys.stderr, flush=True)
+    print(f"\n{len(chosen)} tasks ({args.tasks}), cold requests (caches reset), max {args.typing_max_tokens} tokens; medians")
+    print("| mode | prefix window | prompt tokens | prefill ms | ms per prompt token | time to first token ms | total ms |")
+    print("|---|---|---|---|---|---|---|")
+    for mode in modes:
+        for pt in _ints(args.cold_prefix_tokens):
+            rs = [r for r in rows if r["prefix_tokens"] == pt and r["mode"] == mode]
+            print(f"| {mode} | {pt} | {statistics.median(r['prompt_tokens'] for r in rs):.0f} | "
+                  f"{statistics.median(r['prefill_ms'] for r in rs):.0f} | "
+                  f"{statistics.median(r['prefill_ms'] / r['prompt_tokens'] for r in rs):.1f} | "
+                  f"{statistics.median(r['ttft_ms'] for r in rs):.0f} | "
+                  f"{statistics.median(r['total_ms'] for r in rs):.0f} |")
     return rows
 
 
@@ -298,6 +304,7 @@ def main() -> int:
     ap.add_argument("--prefix-tokens", default="1024")
     ap.add_argument("--suffix-tokens", default="32")
     ap.add_argument("--cold-prefix-tokens", default="256,512,1024,2048", help="cold: prefix windows")
+    ap.add_argument("--cold-modes", default="spec", help="cold: spec (both models' prefill), target, or both")
     ap.add_argument("--contexts", default="none")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--n", type=int, default=6, help="typing: keystrokes per line")
