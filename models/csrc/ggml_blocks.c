@@ -1519,6 +1519,16 @@ GG_T512 static inline __attribute__((always_inline)) void x16_tile(int type, con
     else x16_q6_K(R, w, nsb, xr, out);
 }
 
+/* Q4_K: each row's sums of the codes per sub-block of 32 (Q8_K keeps them per 16), bs[r][8 i + s] */
+static void x16_sums32(const block_q8_K *const *xr, int64_t rows, int64_t nsb, int16_t *bsv, const int16_t **bs) {
+    for (int64_t r = 0; r < rows; r++) {
+        bs[r] = bsv + r * nsb * 8;
+        for (int64_t i = 0; i < nsb; i++)
+            for (int s = 0; s < 8; s++)
+                bsv[(r * nsb + i) * 8 + s] = (int16_t)(xr[r][i].bsums[2 * s] + xr[r][i].bsums[2 * s + 1]);
+    }
+}
+
 /* output columns o0 .. o1 - 1 (multiples of 16) of all n rows over a repacked type: per block of
  * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (as even as
  * possible) while its weights stay in cache */
@@ -1530,16 +1540,9 @@ GG_T512 static void gemm_x16_512(int type, const uint8_t *w, int64_t k, const ui
         const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
         const block_q8_K *xr[ROW_BLOCK];
         for (int64_t r = 0; r < rows; r++) xr[r] = (const block_q8_K *)(act + (b0 + r) * nsb * (int64_t)sizeof(block_q8_K));
-        /* Q4_K: each row's sums per sub-block of 32 (Q8_K keeps them per 16) */
         int16_t bsv[q4k ? ROW_BLOCK * nsb * 8 : 1];
         const int16_t *bs[ROW_BLOCK];
-        if (q4k)
-            for (int64_t r = 0; r < rows; r++) {
-                bs[r] = bsv + r * nsb * 8;
-                for (int64_t i = 0; i < nsb; i++)
-                    for (int s = 0; s < 8; s++)
-                        bsv[(r * nsb + i) * 8 + s] = (int16_t)(xr[r][i].bsums[2 * s] + xr[r][i].bsums[2 * s + 1]);
-            }
+        if (q4k) x16_sums32(xr, rows, nsb, bsv, bs);
         const int64_t tiles = (rows + 7) / 8;
         for (int64_t o = o0; o < o1; o += 16) {
             const uint8_t *wg = w + o / 16 * gbytes;
@@ -1564,11 +1567,173 @@ GG_T512 static void gemm_x16_512(int type, const uint8_t *w, int64_t k, const ui
         }
     }
 }
+
+/* ---------------------------------------------------------------------------------------- */
+/* AVX2 over the repacked K-quants: each group of 16 columns as two halves of 8 (int32 lane c of  */
+/* a 256-bit vector is column 8 hf + c), tiles of up to 4 rows. Without VNNI the products go     */
+/* through vpmaddubsw's int16 pairs, summed in int16 while they cannot overflow (Q4_K: a         */
+/* sub-block's 8 groups, |.| <= 8 * 2 * 15 * 127; Q6_K: two groups, <= 2 * 2 * 63 * 127), then   */
+/* vpmaddwd by the column's scale twice ((sc, sc) per int32 lane): exact integers, so the same   */
+/* bits as the reference.                                                                       */
+
+/* the 4 int8 codes at q as one int32, broadcast to 8 lanes */
+static inline __m256i bcast4_256(const int8_t *q) {
+    int32_t v;
+    memcpy(&v, q, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* 8 scales at p (uint8 / int8) -> int32 lanes holding the int16 pair (sc, sc) */
+static inline __m256i scale_pairs_u8(const uint8_t *p) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+static inline __m256i scale_pairs_s8(const uint8_t *p) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)p));
+    return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
+}
+
+/* Q4_K_X16, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= 4); out[16 j + c] as x16_q4_K */
+static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
+                                                                const block_q8_K *const *xr,
+                                                                const int16_t *const *bs, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0xF);
+    for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
+    for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
+        __m256i isum[4];
+        for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s++) {
+            __m256i s16[4];
+            for (int j = 0; j < R; j++) s16[j] = _mm256_setzero_si256();
+            for (int h = 0; h < 4; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 64 * (4 * s + h) + 32 * hf));
+                const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                for (int j = 0; j < R; j++) {
+                    const int8_t *q = xr[j][i].qs + 32 * s + 4 * h;
+                    s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(lo, bcast4_256(q)));
+                    s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, bcast4_256(q + 16)));
+                }
+            }
+            const __m256i sc = scale_pairs_u8(w + 2048 + 16 * s + 8 * hf);
+            for (int j = 0; j < R; j++) isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(s16[j], sc));
+        }
+        __m256i mp[4];
+        for (int p = 0; p < 4; p++)
+            mp[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 2176 + 32 * p + 16 * hf)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2304 + 16 * hf)));
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2336 + 16 * hf)));
+        for (int j = 0; j < R; j++) {
+            __m256i ms = _mm256_setzero_si256();
+            for (int p = 0; p < 4; p++) {
+                int32_t pair;
+                memcpy(&pair, bs[j] + 8 * i + 2 * p, 4);
+                ms = _mm256_add_epi32(ms, _mm256_madd_epi16(mp[p], _mm256_set1_epi32(pair)));
+            }
+            const __m256 xd = _mm256_set1_ps(xr[j][i].d);
+            float *o = out + 16 * j + 8 * hf;
+            __m256 a = _mm256_loadu_ps(o);
+            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[j]), _mm256_mul_ps(dw, xd), a);
+            a = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), ms)), _mm256_mul_ps(mw, xd), a);
+            _mm256_storeu_ps(o, a);
+        }
+    }
+}
+
+/* Q6_K_X16 at AVX2 (as x16_q4_K_avx2) */
+static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
+                                                                const block_q8_K *const *xr, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m30 = _mm256_set1_epi8(0x30);
+    for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
+    for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
+        __m256i isum[4];
+        for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
+        for (int s = 0; s < 16; s++) {
+            const __m256i v0 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 32 * hf));
+            const __m256i v1 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 64 + 32 * hf));
+            const __m256i u = _mm256_loadu_si256((const __m256i *)(w + 2048 + 64 * s + 32 * hf));
+            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(v0, m4), _mm256_slli_epi16(_mm256_and_si256(u, m3), 4));
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(v1, m4),
+                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 2), m3), 4));
+            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), _mm256_and_si256(u, m30));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4),
+                                               _mm256_and_si256(_mm256_srli_epi16(u, 2), m30));
+            const __m256i sc = scale_pairs_s8(w + 3072 + 16 * s + 8 * hf);
+            for (int j = 0; j < R; j++) {
+                const int8_t *q = xr[j][i].qs + 16 * s;
+                const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4_256(q)),
+                                                   _mm256_maddubs_epi16(q1, bcast4_256(q + 4)));
+                const __m256i b = _mm256_add_epi16(_mm256_maddubs_epi16(q2, bcast4_256(q + 8)),
+                                                   _mm256_maddubs_epi16(q3, bcast4_256(q + 12)));
+                isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(a, sc), _mm256_madd_epi16(b, sc)));
+            }
+        }
+        __m256i off[4];
+        for (int j = 0; j < R; j++) off[j] = _mm256_setzero_si256();
+        for (int p = 0; p < 8; p++) {
+            const __m128i a = _mm_loadl_epi64((const __m128i *)(w + 3072 + 32 * p + 8 * hf));
+            const __m128i b = _mm_loadl_epi64((const __m128i *)(w + 3072 + 32 * p + 16 + 8 * hf));
+            const __m256i scp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
+            for (int j = 0; j < R; j++) {
+                int32_t pair;
+                memcpy(&pair, xr[j][i].bsums + 2 * p, 4);
+                off[j] = _mm256_add_epi32(off[j], _mm256_madd_epi16(scp, _mm256_set1_epi32(pair)));
+            }
+        }
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 3328 + 16 * hf)));
+        for (int j = 0; j < R; j++) {
+            const __m256i is = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(off[j], 5));
+            float *o = out + 16 * j + 8 * hf;
+            _mm256_storeu_ps(o, _mm256_fmadd_ps(_mm256_cvtepi32_ps(is), _mm256_mul_ps(dw, _mm256_set1_ps(xr[j][i].d)),
+                                                _mm256_loadu_ps(o)));
+        }
+    }
+}
+
+static inline __attribute__((always_inline)) void x16_tile_avx2(int type, const int R, const uint8_t *w, int64_t nsb,
+                                                                const block_q8_K *const *xr,
+                                                                const int16_t *const *bs, float *out) {
+    for (int hf = 0; hf < 2; hf++) {
+        if (base_type(type) == GG_Q4_K) x16_q4_K_avx2(R, w, nsb, hf, xr, bs, out);
+        else x16_q6_K_avx2(R, w, nsb, hf, xr, out);
+    }
+}
+
+/* gemm_x16_512 at AVX2: tiles of up to 4 rows */
+static void gemm_x16_avx2(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
+                          int64_t ldy, int64_t o0, int64_t o1) {
+    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type);
+    const int q4k = base_type(type) == GG_Q4_K;
+    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
+        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
+        const block_q8_K *xr[ROW_BLOCK];
+        for (int64_t r = 0; r < rows; r++) xr[r] = (const block_q8_K *)(act + (b0 + r) * nsb * (int64_t)sizeof(block_q8_K));
+        int16_t bsv[q4k ? ROW_BLOCK * nsb * 8 : 1];
+        const int16_t *bs[ROW_BLOCK];
+        if (q4k) x16_sums32(xr, rows, nsb, bsv, bs);
+        const int64_t tiles = (rows + 3) / 4;
+        for (int64_t o = o0; o < o1; o += 16) {
+            const uint8_t *wg = w + o / 16 * gbytes;
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t r0 = tile_start(rows, tiles, t);
+                const int R = (int)(tile_start(rows, tiles, t + 1) - r0);
+                float out[4 * 16];
+                const block_q8_K *const *x = xr + r0;
+                const int16_t *const *b = bs + r0;
+                switch (R) {
+                case 4: x16_tile_avx2(type, 4, wg, nsb, x, b, out); break;
+                case 3: x16_tile_avx2(type, 3, wg, nsb, x, b, out); break;
+                case 2: x16_tile_avx2(type, 2, wg, nsb, x, b, out); break;
+                default: x16_tile_avx2(type, 1, wg, nsb, x, b, out); break;
+                }
+                for (int j = 0; j < R; j++) memcpy(y + (b0 + r0 + j) * ldy + o, out + 16 * j, 16 * sizeof(float));
+            }
+        }
+    }
+}
 #endif
 
-/* a repacked type below AVX-512 (tests, or SPECD_GG_SIMD lowered after load): each group of 16
- * rows back to its GGUF blocks, then the format's path (slow; the repacking happens only where the
- * CPU runs AVX-512 VNNI) */
+/* a repacked type at the scalar level (tests, or SPECD_GG_SIMD=scalar after load): each group of
+ * 16 rows back to its GGUF blocks, then the reference */
 static void gemm_x16_unpacked(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
                               int64_t ldy, int64_t o0, int64_t o1, int level) {
     const int64_t brb = gg_row_bytes(base_type(type), k);
@@ -1636,6 +1801,7 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
         if (is_x16(type)) {
 #if GG_AVX2
             if (level >= GG_LEVEL_AVX512) gemm_x16_512(type, w, k, act, n, y, ldy, o0, o1);
+            else if (level >= GG_LEVEL_AVX2) gemm_x16_avx2(type, w, k, act, n, y, ldy, o0, o1);
             else
 #endif
                 gemm_x16_unpacked(type, w, k, act, n, y, ldy, o0, o1, level);
