@@ -1426,18 +1426,21 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
         __m512i isum[8], sub[8];
         for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
-            for (int j = 0; j < R; j++) sub[j] = _mm512_setzero_si512();
+            /* two accumulation chains per row (low and high nibbles): vpdpbusd's latency */
+            __m512i sub2[8];
+            for (int j = 0; j < R; j++) sub[j] = sub2[j] = _mm512_setzero_si512();
             for (int h = 0; h < 4; h++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(w + 64 * (4 * s + h)));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 for (int j = 0; j < R; j++) {
                     const int8_t *q = xr[j][i].qs + 32 * s + 4 * h;
                     sub[j] = _mm512_dpbusd_epi32(sub[j], lo, bcast4(q));
-                    sub[j] = _mm512_dpbusd_epi32(sub[j], hi, bcast4(q + 16));
+                    sub2[j] = _mm512_dpbusd_epi32(sub2[j], hi, bcast4(q + 16));
                 }
             }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 2048 + 16 * s)));
-            for (int j = 0; j < R; j++) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sub[j], sc));
+            for (int j = 0; j < R; j++)
+                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(sub[j], sub2[j]), sc));
         }
         /* msum = sum_s m_s * (row's sum of sub-block s), by pairs of sub-blocks (vpdpwssd, exact) */
         __m512i mp[4];
@@ -1482,10 +1485,9 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
                                                _mm512_and_si512(_mm512_srli_epi16(u, 2), m30));
             for (int j = 0; j < R; j++) {
                 const int8_t *q = xr[j][i].qs + 16 * s;
-                __m512i t = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, bcast4(q));
-                t = _mm512_dpbusd_epi32(t, q1, bcast4(q + 4));
-                t = _mm512_dpbusd_epi32(t, q2, bcast4(q + 8));
-                sub[j] = _mm512_dpbusd_epi32(t, q3, bcast4(q + 12));
+                const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, bcast4(q));
+                const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q2, bcast4(q + 8));
+                sub[j] = _mm512_add_epi32(_mm512_dpbusd_epi32(a, q1, bcast4(q + 4)), _mm512_dpbusd_epi32(b, q3, bcast4(q + 12)));
             }
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 3072 + 16 * s)));
             for (int j = 0; j < R; j++) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sub[j], sc));
