@@ -1,8 +1,8 @@
-"""GGUF → a converted directory that loads in seconds (mmap'd safetensors).
-
-Output, next to each other: ``config.json`` (Hugging Face names), ``model.safetensors`` (weights
-dequantized once from the GGUF blocks, stored as bfloat16 with Hugging Face tensor names),
-``tokenizer.json`` (built from the GGUF vocabulary and merges), ``specd.json`` (provenance).
+"""What a GGUF file's metadata gives beside its weights: Hugging Face tensor names (``hf_name``),
+the decoder config (``read_config``), and ``config.json`` + ``tokenizer.json`` (built from the GGUF
+vocabulary and merges) written into a cache directory (``write_tokenizer_dir``). The weights are
+never converted: quant mode gguf runs the file's blocks (``specd.models.gguf_model``), the other
+modes dequantize one tensor at a time from it (``specd.models.gguf_float``).
 """
 
 from __future__ import annotations
@@ -10,16 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import shutil
-import sys
-import time
 from pathlib import Path
-from typing import Callable
-
-import numpy as np
-import torch
-from gguf import GGUFReader
-from gguf.quants import dequantize
-from safetensors.torch import save_file
 
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
@@ -86,66 +77,35 @@ def read_config(reader) -> ModelConfig:
     )
 
 
-def convert_gguf(
-    gguf_path: Path,
-    out_dir: Path,
-    *,
-    sha256: str = "",
-    progress: Callable[[str], None] = lambda s: print(s, file=sys.stderr),
-) -> Path:
-    """Dequantize ``gguf_path`` into ``out_dir`` (written atomically: a partial directory is
-    never mistaken for a converted model)."""
-    try:
-        reader = GGUFReader(str(gguf_path))
-    except Exception as e:  # truncated or not a GGUF file
-        raise ModelError(f"cannot read GGUF file {gguf_path}: {e}") from e
-    config = read_config(reader)
-    if config.architecture == "llama":
-        # llama.cpp permutes q/k rows of Llama checkpoints for its rotary layout
-        raise ModelError("Llama GGUF files are not supported yet; pass a Hugging Face directory")
-    tmp = out_dir.with_name(out_dir.name + ".partial")
-    tmp.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    weights: dict[str, torch.Tensor] = {}
-    n = len(reader.tensors)
-    for i, t in enumerate(reader.tensors):
-        arr = dequantize(t.data, t.tensor_type)
-        shape = tuple(int(x) for x in reversed(t.shape.tolist()))  # GGUF lists ne0 (inner) first
-        arr = np.array(arr.reshape(shape), dtype=np.float32)  # a writable copy, not a view of the mmap
-        ten = torch.from_numpy(arr)
-        name = hf_name(t.name)
-        weights[name] = ten if ten.ndim == 1 else ten.to(torch.bfloat16)
-        if (i + 1) % 50 == 0 or i + 1 == n:
-            progress(f"  dequantized {i + 1}/{n} tensors ({time.perf_counter() - t0:.0f}s)")
-    save_file(weights, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(config.to_hf(), indent=2))
-    progress("  building tokenizer.json from the GGUF vocabulary")
-    _write_tokenizer(gguf_path, tmp)
-    (tmp / "specd.json").write_text(
-        json.dumps({"source": str(gguf_path), "sha256": sha256, "dtype": "bfloat16"}, indent=2)
-    )
-    if out_dir.exists():
-        shutil.rmtree(out_dir)
-    tmp.rename(out_dir)
-    return out_dir
-
-
 def write_tokenizer_dir(gguf_path: Path, out_dir: Path, config: ModelConfig) -> Path:
     """``config.json`` and ``tokenizer.json`` (from the GGUF vocabulary and merges) in ``out_dir``,
-    no weights: what quant mode gguf needs beside the file itself. The tokenizer is written under
-    a temporary name and renamed, so a present ``tokenizer.json`` is always whole."""
+    no weights: what every quant mode needs beside the file itself. Both are written into a
+    temporary directory and renamed into place, so a present ``tokenizer.json`` is always whole;
+    when building fails, nothing is left behind (nor ``out_dir``, if this call created it)."""
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "config.json").write_text(json.dumps(config.to_hf(), indent=2))
     tmp = out_dir / "tokenizer.partial"
-    tmp.mkdir(exist_ok=True)
-    _write_tokenizer(gguf_path, tmp)
-    (tmp / "tokenizer.json").rename(out_dir / "tokenizer.json")
-    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        tmp.mkdir(exist_ok=True)
+        (tmp / "config.json").write_text(json.dumps(config.to_hf(), indent=2))
+        try:
+            _write_tokenizer(gguf_path, tmp)
+        except Exception as e:
+            raise ModelError(f"{gguf_path}: cannot build a tokenizer from its vocabulary ({type(e).__name__}: "
+                             f"{e}); is it a complete GGUF file?") from e
+        (tmp / "config.json").replace(out_dir / "config.json")
+        (tmp / "tokenizer.json").replace(out_dir / "tokenizer.json")
+    except BaseException:
+        if created:
+            shutil.rmtree(out_dir, ignore_errors=True)
+        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return out_dir
 
 
 def _write_tokenizer(gguf_path: Path, out_dir: Path) -> None:
-    # transformers takes seconds to import; only a GGUF conversion needs it
+    # transformers takes seconds to import; only building a GGUF file's tokenizer needs it
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 import torch
 from safetensors import safe_open
 
@@ -19,10 +19,11 @@ from specd.models.calibrate import calibration_tokens, channel_absmax, channel_m
 from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
-from specd.models.gguf_convert import convert_gguf, write_tokenizer_dir
+from specd.models.gguf_convert import write_tokenizer_dir
+from specd.models.gguf_float import GgufFloatWeights
 from specd.models.gguf_model import GgufFile, GgufLinearFactory, GgufWeights
 from specd.models.modes import AUTO_QUANT, BACKENDS, GGUF_QUANT, KERNEL_QUANTS, ORT_QUANTS, auto_target_quant
-from specd.models.pull import converted_dir, gguf_path, is_pulled
+from specd.models.pull import converted_dir, gguf_path, is_pulled, recorded_sha256, sha256_file, write_record
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
 from specd.models.tokenizer import Tokenizer
@@ -35,30 +36,41 @@ if TYPE_CHECKING:  # a type only: the ONNX Runtime backend is imported when a mo
 @dataclass
 class LoadedModel:
     name: str
-    path: Path  # the directory the weights were loaded from
+    path: Path  # the directory the model's derived files live in (tokenizer, quantized layers), or the .gguf of quant mode gguf
     config: ModelConfig
     model: Decoder | OrtDecoder
     tokenizer: Tokenizer
 
 
-def resolve(spec: str) -> Path:
-    """A directory holding ``config.json``, ``*.safetensors`` and ``tokenizer.json``."""
+@dataclass(frozen=True)
+class ModelSource:
+    """Where a model's weights are read from and where its derived files live."""
+
+    directory: Path  # config.json, tokenizer.json, subvocab.json, quant-*.safetensors, ort-*.onnx
+    gguf: Path | None = None  # the weights: this GGUF file (None: the directory's *.safetensors)
+    sha256: str = ""  # the GGUF's sha256 (keys the stored quantized layers), '' for a directory
+
+
+def resolve(spec: str) -> ModelSource:
+    """A published name (its pulled GGUF), a ``.gguf`` file, a Hugging Face directory
+    (``config.json``, ``*.safetensors``, ``tokenizer.json``) or hub id. A GGUF source's tokenizer
+    and config are built once beside the cache; its weights are never converted."""
     if spec in PUBLISHED:
         m = PUBLISHED[spec]
         if not is_pulled(m):
             raise ModelError(f"model {spec!r} is not downloaded yet: run `specd models pull {spec}`")
-        return converted_dir(m)
+        return ModelSource(converted_dir(m), gguf_path(m), m.sha256)
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix != ".gguf":
             raise ModelError(f"{path}: a model file must be .gguf (or pass a Hugging Face directory)")
-        return _converted_gguf(path)
+        return _local_gguf(path)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelError(f"{path}: not a model directory (no config.json)")
-        return path
+        return ModelSource(path)
     if re.fullmatch(r"[\w.-]+/[\w.-]+", spec) and not spec.startswith((".", "/")):
-        return _from_hub(spec)
+        return ModelSource(_from_hub(spec))
     known = ", ".join(sorted(PUBLISHED))
     raise ModelError(
         f"unknown model {spec!r}: use one of {known}, a .gguf file, a Hugging Face directory or hub id"
@@ -66,18 +78,27 @@ def resolve(spec: str) -> Path:
 
 
 def _converted_path(path: Path) -> Path:
-    """Where a GGUF file's conversion (or, for quant mode gguf, its tokenizer) is cached."""
+    """Where a local GGUF file's derived files (tokenizer, config, quantized layers) are cached."""
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
     return cache_root() / "converted" / f"{path.stem}-{key}"
 
 
-def _converted_gguf(path: Path) -> Path:
+def _local_gguf(path: Path) -> ModelSource:
+    """A local .gguf file: read its header first (a truncated or corrupt file is a ModelError
+    naming it, and nothing is written to the cache), then its tokenizer, config and sha256 once
+    into its cache directory."""
+    file = GgufFile(path)
     out = _converted_path(path)
-    if not (out / "model.safetensors").exists():
-        print(f"converting {path} once into {out}", file=sys.stderr)
-        convert_gguf(path, out)
-    return out
+    if not (out / "tokenizer.json").exists():
+        print(f"specd: building the tokenizer of {path} once into {out}", file=sys.stderr)
+        write_tokenizer_dir(path, out, file.config)
+    sha = recorded_sha256(out)
+    if not sha:
+        out.mkdir(parents=True, exist_ok=True)
+        sha = sha256_file(path)
+        write_record(out, path, sha)
+    return ModelSource(out, path, sha)
 
 
 def _from_hub(repo_id: str) -> Path:
@@ -115,6 +136,7 @@ class _LazyWeights(LazyWeights[torch.Tensor]):
 
 
 def _read_weights(directory: Path) -> Mapping[str, torch.Tensor]:
+    """A Hugging Face directory's float weights (never a GGUF source's: see ``GgufFloatWeights``)."""
     files = sorted(f for f in directory.glob("*.safetensors") if not f.name.startswith("quant-"))
     if not files:
         raise ModelError(f"{directory}: no .safetensors weights")
@@ -168,11 +190,19 @@ def load_model(
         check_mode(quant, device, spec)
     if quant == GGUF_QUANT:
         return _load_gguf(spec, max_len=max_len, head_vocab=head_vocab)
-    directory = resolve(spec)
-    try:
-        config = ModelConfig.from_hf(json.loads((directory / "config.json").read_text()))
-    except (KeyError, ValueError) as e:
-        raise ModelError(f"{directory}/config.json: {e}") from e
+    source = resolve(spec)
+    directory = source.directory
+    if source.gguf is not None:
+        file = GgufFile(source.gguf)  # ModelError naming the file when it is truncated or corrupt
+        config = file.config
+        read_weights: Callable[[], Mapping[str, torch.Tensor]] = lambda: GgufFloatWeights(file)
+    else:
+        try:
+            config = ModelConfig.from_hf(json.loads((directory / "config.json").read_text()))
+        except (KeyError, ValueError) as e:
+            raise ModelError(f"{directory}/config.json: {e}") from e
+        read_weights = lambda: _read_weights(directory)
+    where = source.gguf or directory
     tok_path = directory / "tokenizer.json"
     if not tok_path.exists():
         raise ModelError(f"{directory}: no tokenizer.json")
@@ -184,18 +214,19 @@ def load_model(
         # imported here: onnx and onnxruntime load only for models that run on ONNX Runtime
         from specd.models.ort_runtime import load_ort
 
-        model = load_ort(directory, config, lambda: _read_weights(directory), mode=quant, name=spec,
-                         max_len=max_len, threads=threads, head_rows=head_rows)
+        model = load_ort(directory, config, read_weights, mode=quant, name=spec, max_len=max_len,
+                         threads=threads, head_rows=head_rows,
+                         stamp=f"gguf:{source.sha256}" if source.gguf is not None else None)
         return LoadedModel(spec, directory, config, model, tokenizer)
-    weights = _read_weights(directory)
-    factory = linear_factory(directory, quant, spec, device)
+    weights = read_weights()
+    factory = linear_factory(directory, quant, spec, device, source_sha256=source.sha256)
     if factory is not None and getattr(factory, "needs_calibration", False):
         factory.stats = _calibrate(config, weights, tokenizer, spec, quant)
     try:
         decoder = Decoder(config, weights, compute_dtype=compute_dtype(quant), max_len=max_len,
                           device=device, linear_factory=factory, head_rows=head_rows)
     except KeyError as e:
-        raise ModelError(f"{directory}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
+        raise ModelError(f"{where}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
     if factory is not None:
         factory.save()  # quantized once, loaded from disk next time
     return LoadedModel(spec, directory, config, decoder, tokenizer)

@@ -293,12 +293,14 @@ def load_ort(
     max_len: int = 4096,
     threads: int = 0,
     head_rows: list[int] | None = None,
+    stamp: str | None = None,
 ) -> OrtDecoder:
     """The model in ``directory`` as an ``OrtDecoder``: from the stored graph when it is current,
-    else built from ``read_weights()`` and stored (once)."""
+    else built from ``read_weights()`` and stored (once). ``stamp`` identifies the float weights
+    (a GGUF source: its sha256); by default the directory's safetensors files."""
     if mode not in ORT_QUANTS:
         raise ModelError(f"{name}: the ONNX Runtime backend runs {', '.join(ORT_QUANTS)}, not {mode!r}")
-    stamp = source_stamp(directory)
+    stamp = source_stamp(directory) if stamp is None else stamp
     path = artifact_path(directory, mode, head_rows)
     if not os.access(directory, os.W_OK):  # a read-only model directory: store the graph in the cache
         key = hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:16]

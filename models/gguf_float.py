@@ -1,0 +1,76 @@
+"""A GGUF file's tensors as float weights, dequantized one tensor at a time when asked for.
+
+The quant modes that start from float weights (the INT4 draft, int8, bf16, fp8, fp32 and the ONNX
+Runtime graphs) read a GGUF source through ``GgufFloatWeights``: no dequantized copy of the model
+exists on disk, and in memory only the tensor being read (its rows dequantized in chunks straight
+into the result, so the peak is that tensor's own copy plus one chunk). The values are the ones
+specd's former ``converted/model.safetensors`` held, bit for bit: each tensor dequantized as gguf-py
+does (specd's kernels' scalar reference for the formats they run, ``gg_dequantize``, else gguf-py
+itself) to float32, then matrices rounded to bfloat16 and vectors (norms, biases) kept in float32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType
+from gguf.quants import dequantize as gguf_dequantize
+
+from specd.models import q8
+from specd.models.gguf_convert import hf_name
+from specd.models.gguf_linear import dequantize as kernel_dequantize
+from specd.models.gguf_linear import unsupported
+from specd.models.gguf_model import GgufFile
+from specd.models.weights import LazyWeights
+
+# rows dequantized per step: bounds the float32 scratch beside the result (4096 rows of the
+# 1.5B's 1,536-wide embedding: 25 MB)
+CHUNK_ROWS = 4096
+MATRIX_DTYPE = torch.bfloat16  # what the converted copy stored matrices as (vectors: float32)
+
+_F32, _F16, _BF16 = (int(GGMLQuantizationType.F32), int(GGMLQuantizationType.F16),
+                     int(GGMLQuantizationType.BF16))
+
+
+def _rows_float32(qtype: int, raw: torch.Tensor, k: int) -> torch.Tensor:
+    """Block rows ``raw`` uint8 ``[n, row_bytes]`` -> float32 ``[n, k]``."""
+    if qtype == _F32:
+        return raw.contiguous().view(torch.float32)
+    if qtype == _F16:
+        return raw.contiguous().view(torch.float16).float()
+    if qtype == _BF16:
+        return raw.contiguous().view(torch.bfloat16).float()
+    if unsupported(qtype, k) is None and q8.available():
+        return kernel_dequantize(qtype, raw, k)
+    values = gguf_dequantize(raw.numpy(), GGMLQuantizationType(qtype))
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(raw.shape[0], k))
+
+
+def read_tensor(file: GgufFile, name: str, dtype: torch.dtype) -> torch.Tensor:
+    """GGUF tensor ``name`` dequantized into a new ``dtype`` tensor of its shape (outermost
+    dimension first), ``CHUNK_ROWS`` rows at a time."""
+    t = file.tensors[name]
+    k = t.dims[0]
+    rows = math.prod(t.dims[1:])
+    raw = file.blocks(name)  # [rows, row_bytes], a view of the map
+    out = torch.empty(rows, k, dtype=dtype)
+    for lo in range(0, rows, CHUNK_ROWS):
+        hi = min(rows, lo + CHUNK_ROWS)
+        out[lo:hi] = _rows_float32(t.qtype, raw[lo:hi], k)  # (copy_ rounds as .to(dtype) does)
+    return out.reshape(tuple(reversed(t.dims)))
+
+
+class GgufFloatWeights(LazyWeights[torch.Tensor]):
+    """The file's tensors by Hugging Face name (``model.layers.0.mlp.up_proj.weight``), each
+    dequantized when asked for and not kept: matrices as bfloat16, vectors as float32."""
+
+    def __init__(self, file: GgufFile) -> None:
+        self.file = file
+        self._where = {hf_name(name): name for name in file.tensors}
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        gguf = self._where[name]
+        dtype = torch.float32 if len(self.file.tensors[gguf].dims) == 1 else MATRIX_DTYPE
+        return read_tensor(self.file, gguf, dtype)
