@@ -7,6 +7,11 @@ into the result, so the peak is that tensor's own copy plus one chunk). The valu
 specd's former ``converted/model.safetensors`` held, bit for bit: each tensor dequantized as gguf-py
 does (specd's kernels' scalar reference for the formats they run, ``gg_dequantize``, else gguf-py
 itself) to float32, then matrices rounded to bfloat16 and vectors (norms, biases) kept in float32.
+
+The token embedding can instead stay in the file's blocks (``embedding_blocks``): a lookup
+dequantizes just its rows and rounds them to bfloat16, the same numbers as rows of the full
+bfloat16 copy, which is never made (the 0.5B draft: 94 MB of mapped Q5_0 blocks, of which only the
+rows looked up become resident, instead of a 272 MB copy).
 """
 
 from __future__ import annotations
@@ -20,9 +25,9 @@ from gguf.quants import dequantize as gguf_dequantize
 
 from specd.models import q8
 from specd.models.gguf_convert import hf_name
+from specd.models.gguf_linear import GgufEmbedding, unsupported
 from specd.models.gguf_linear import dequantize as kernel_dequantize
-from specd.models.gguf_linear import unsupported
-from specd.models.gguf_model import GgufFile
+from specd.models.gguf_model import EMBEDDING, GgufFile
 from specd.models.weights import LazyWeights
 
 # rows dequantized per step: bounds the float32 scratch beside the result (4096 rows of the
@@ -62,15 +67,41 @@ def read_tensor(file: GgufFile, name: str, dtype: torch.dtype) -> torch.Tensor:
     return out.reshape(tuple(reversed(t.dims)))
 
 
-class GgufFloatWeights(LazyWeights[torch.Tensor]):
-    """The file's tensors by Hugging Face name (``model.layers.0.mlp.up_proj.weight``), each
-    dequantized when asked for and not kept: matrices as bfloat16, vectors as float32."""
+class RoundedEmbedding:
+    """An embedding held in its GGUF blocks whose lookups come back in ``dtype``: ``emb[tokens]``
+    equals ``full[tokens]`` of the full ``dtype`` copy bit for bit."""
 
-    def __init__(self, file: GgufFile) -> None:
-        self.file = file
+    def __init__(self, blocks: GgufEmbedding, dtype: torch.dtype) -> None:
+        self.blocks, self.dtype = blocks, dtype
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.blocks.shape
+
+    @property
+    def nbytes(self) -> int:
+        return self.blocks.nbytes
+
+    def __getitem__(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.blocks[tokens].to(self.dtype)
+
+
+class GgufFloatWeights(LazyWeights[object]):
+    """The file's tensors by Hugging Face name (``model.layers.0.mlp.up_proj.weight``), each
+    dequantized when asked for and not kept: matrices as bfloat16, vectors as float32.
+    ``embedding_blocks``: the token embedding, when stored in blocks, as a ``RoundedEmbedding``
+    over them instead (for a ``Decoder`` that only looks rows up in it: not when the output head
+    is tied to it, nor on a GPU)."""
+
+    def __init__(self, file: GgufFile, embedding_blocks: bool = False) -> None:
+        self.file, self.embedding_blocks = file, embedding_blocks
         self._where = {hf_name(name): name for name in file.tensors}
 
-    def __getitem__(self, name: str) -> torch.Tensor:
+    def __getitem__(self, name: str) -> object:
         gguf = self._where[name]
+        qtype = self.file.qtype(gguf)
+        if name == EMBEDDING and self.embedding_blocks and qtype not in (_F32, _F16, _BF16):
+            return RoundedEmbedding(GgufEmbedding(gguf, qtype, self.file.blocks(gguf), self.file.width(gguf)),
+                                    MATRIX_DTYPE)
         dtype = torch.float32 if len(self.file.tensors[gguf].dims) == 1 else MATRIX_DTYPE
         return read_tensor(self.file, gguf, dtype)

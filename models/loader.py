@@ -219,6 +219,9 @@ def load_model(
                          stamp=f"gguf:{source.sha256}" if source.gguf is not None else None)
         return LoadedModel(spec, directory, config, model, tokenizer)
     weights = read_weights()
+    if source.gguf is not None and device == "cpu" and not config.tie_word_embeddings:
+        # the embedding stays in the file's blocks (its rows looked up, rounded as the bf16 copy's)
+        weights = GgufFloatWeights(file, embedding_blocks=True)
     factory = linear_factory(directory, quant, spec, device, source_sha256=source.sha256)
     if factory is not None and getattr(factory, "needs_calibration", False):
         factory.stats = _calibrate(config, weights, tokenizer, spec, quant)

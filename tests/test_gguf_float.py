@@ -22,7 +22,7 @@ from safetensors.torch import save_file
 from specd.models import gguf_float, q8
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name
-from specd.models.gguf_float import GgufFloatWeights
+from specd.models.gguf_float import GgufFloatWeights, RoundedEmbedding
 from specd.models.gguf_model import GgufFile
 from specd.models.loader import _converted_path, load_model
 from specd.models.quantize import SOURCE_KEY
@@ -100,6 +100,8 @@ def test_models_equal_the_ones_built_from_the_former_copy(cache: Path, quant: st
     before = load_model(str(former_dir), quant=quant, max_len=64).model
     now = load_model(str(path), quant=quant, max_len=64).model
     assert before.describe() == now.describe()
+    # the embedding stays in the file's blocks (the tiny file has its own output head)
+    assert isinstance(now.embed, RoundedEmbedding) and now.embed.nbytes < before.embed.nbytes
     assert torch.equal(before.forward(TOKENS), now.forward(TOKENS))
     assert not [f for f in _cache_files(cache) if f.endswith("model.safetensors")]
 
