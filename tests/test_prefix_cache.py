@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specd.engine.config import PromptWindows
 from specd.engine.engine import Engine, EngineConfig
 from specd.models import q8
 from specd.models.decoder import Decoder
@@ -146,7 +147,9 @@ def test_the_least_recently_used_file_is_evicted_first() -> None:
         draft = tiny_decoder(seed=1, dtype=torch.bfloat16, vocab=TINY_VOCAB, hidden=256, heads=4, layers=4,
                              max_len=512)
         tok = tiny_tokenizer()
-        return Engine(target, tok, draft, tok, EngineConfig(k=2, max_len=512, prefix_cache_mb=mb, **SMALL))
+        # the budget below counts each file's blocks in both models: both read the whole file
+        whole = dict(windows=PromptWindows(max_prefix_tokens=1024), draft_prompt_tokens=0)
+        return Engine(target, tok, draft, tok, EngineConfig(k=2, max_len=512, prefix_cache_mb=mb, **whole, **SMALL))
 
     probe = engine_with(64)
     per_file = (1 + len(source_file(0))) // BLOCK * BLOCK * _kv_bytes(probe)
