@@ -306,9 +306,11 @@ def test_real_tensors_dequantize_like_gguf_py(model: str) -> None:
         ours = dequantize(int(t.tensor_type), torch.from_numpy(raw), k)
         theirs = gquants.dequantize(raw, t.tensor_type).reshape(64, k)
         assert np.array_equal(bits(ours), bits(theirs)), f"{model} {t.name} {t.tensor_type.name}"
-        x = torch.randn(3, k, generator=torch.Generator().manual_seed(0))
-        lin = GgufLinear.from_blocks(t.name, int(t.tensor_type), torch.from_numpy(raw), k)
-        assert np.array_equal(bits(lin(x)), bits(lin.reference(x)))
+        x = torch.randn(70, k, generator=torch.Generator().manual_seed(0))  # a prefill chunk and more
+        lin = GgufLinear.from_blocks(t.name, int(t.tensor_type), torch.from_numpy(raw), k)  # repacked where it runs
+        ref = lin.reference(x)
+        for n in (1, 3, 5, 70):
+            assert np.array_equal(bits(lin(x[:n])), bits(ref[:n])), f"{model} {t.name} n={n} repacked={lin.repacked}"
     assert seen, f"{path}: no tensor in a format the kernels run"
 
 

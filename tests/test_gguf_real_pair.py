@@ -11,7 +11,7 @@ import torch
 from specd.engine.drafters import ModelDrafter
 from specd.engine.speculative import Decoding, generate
 from specd.models import q8
-from specd.models.gguf_linear import SIMD_LEVELS, simd_level, simd_levels
+from specd.models.gguf_linear import SIMD_LEVELS, repacks_here, simd_level, simd_levels
 from specd.models.loader import load_model
 from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 
@@ -33,6 +33,8 @@ def gguf_pair():
 
 def test_greedy_speculative_equals_target_only_at_every_level(gguf_pair) -> None:
     target, draft = gguf_pair
+    # where the kernels repack (AVX2 / AVX-512), the target's K-quant layers run repacked
+    assert target.model.layers[0]["gate_up"].repacked is repacks_here()
     prompt = target.tokenizer.encode(PROMPT)
     assert draft.tokenizer.encode(PROMPT) == prompt
     outputs: dict[int, list[int]] = {}

@@ -647,6 +647,15 @@ static inline void prefetch_span(const void *p, int bytes) {
     for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + GG_PREFETCH + off, _MM_HINT_T0);
 }
 
+/* the repacked kernels: each super-block prefetches the one GG_PREFETCH_X16 super-blocks ahead
+ * (the groups lie back to back, so this runs on into the next group) */
+#ifndef GG_PREFETCH_X16
+#define GG_PREFETCH_X16 2
+#endif
+static inline void prefetch_ahead(const uint8_t *w, int bytes) {
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)w + GG_PREFETCH_X16 * bytes + off, _MM_HINT_T0);
+}
+
 /* the sum of 8 int32 lanes (exact) */
 static inline int32_t hsum_i32(__m256i v) {
     __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -1423,6 +1432,7 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
     __m512 acc[8];
     for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
+        prefetch_ahead(w, X16_Q4_K_BYTES);
         __m512i isum[8], sub[8];
         for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
@@ -1470,6 +1480,7 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
     __m512 acc[8];
     for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
+        prefetch_ahead(w, X16_Q6_K_BYTES);
         __m512i isum[8], sub[8];
         for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
         for (int s = 0; s < 16; s++) {
@@ -1602,6 +1613,7 @@ static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, con
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
+        if (hf == 0) prefetch_ahead(w, X16_Q4_K_BYTES);
         __m256i isum[4];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
@@ -1647,6 +1659,7 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
     const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m30 = _mm256_set1_epi8(0x30);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
+        if (hf == 0) prefetch_ahead(w, X16_Q6_K_BYTES);
         __m256i isum[4];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 16; s++) {
