@@ -121,13 +121,14 @@ def _check_part(p: GgufPart, k: int) -> None:
 
 def repacks_here() -> bool:
     """Whether K-quant weights are repacked at load (``GgufLinear``'s ``repack``): where the
-    kernels run AVX-512 VNNI (the repacked kernels' only SIMD path; elsewhere the GGUF layout is
-    faster), unless the environment variable SPECD_GG_REPACK=0 keeps the GGUF layout (A/B runs)."""
+    kernels run AVX2 or AVX-512 VNNI (both have repacked paths; the portable scalar build runs
+    the GGUF layout), unless the environment variable SPECD_GG_REPACK=0 keeps the GGUF layout
+    (A/B runs)."""
     if os.environ.get("SPECD_GG_REPACK", "1") == "0":
         return False
     kernel = q8.kernel()
     with kernel.lock:
-        return int(kernel.lib.gg_simd()) >= 3
+        return int(kernel.lib.gg_simd()) >= 2
 
 
 def repack_blocks(qtype: int, raw: torch.Tensor, k: int) -> tuple[int, torch.Tensor]:

@@ -9,6 +9,7 @@ from the cache directory or measured once and stored. The engine itself does no 
 from __future__ import annotations
 
 import hashlib
+import os
 import platform
 from pathlib import Path
 
@@ -22,7 +23,9 @@ from specd.models.protocol import CausalLM
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED, cache_root
 
-COSTS_KEY_VERSION = "costs-v3"  # bump when what the cost curve measures changes
+COSTS_KEY_VERSION = "costs-v4"  # bump when what the cost curve measures changes (v4: repacked GGUF kernels)
+# environment variables that change which kernels run (a curve measured under one misleads another)
+KERNEL_ENV = ("SPECD_GG_SIMD", "SPECD_GG_REPACK")
 
 
 def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
@@ -83,7 +86,8 @@ def costs_path(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -
     runtimes = (target.describe(), draft.describe() if draft is not None else "-")
     key = "|".join(map(str, (COSTS_KEY_VERSION, config.target, config.target_quant, config.draft,
                              config.draft_quant, config.draft_head_vocab, config.drafter,
-                             platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes)))
+                             platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes,
+                             *(os.environ.get(v, "") for v in KERNEL_ENV))))
     return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")
 
 

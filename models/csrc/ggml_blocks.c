@@ -28,6 +28,14 @@
  *
  * Paths, chosen per call at run time (gg_simd): the scalar reference, AVX2 (the build's baseline
  * on x86-64) and AVX-512 F/BW/VL/DQ + VNNI where the CPU has it (SPECD_GG_SIMD caps the choice).
+ *
+ * Repacked K-quants (GG_Q4_K_X16, GG_Q6_K_X16; layouts in ggml_blocks.h): gg_repack copies a
+ * tensor once (at load) into groups of 16 rows interleaved per super-block, so that int32 lane c of
+ * a vector is output column c: one vpdpbusd (AVX-512 VNNI; vpmaddubsw + vpmaddwd on AVX2) per 4
+ * elements of 16 columns against the activation's 4 codes broadcast, each sub-block's integer sum
+ * scaled per column, and no horizontal reduction. The integer sums are the same exact numbers and
+ * the float steps per (row, column) the reference's, so the repacked paths give the GGUF layout's
+ * bits too (gg_gemm_ref on a repacked type unpacks and runs the reference).
  * Threads: OpenMP over output columns, sharing torch's pool as the other kernels (q8kernel.c).
  * Without AVX2 at compile time (another architecture) the scalar reference runs.
  *
