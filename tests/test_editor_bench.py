@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+from specd.bench.editor import goals, same_keys
 from specd.bench.editor_script import KINDS, PRESETS, Key, quality, script
 from specd.cli import main
 from tests.lsp_tiny import ENGINE_FLAGS, tiny_dirs
@@ -56,3 +57,26 @@ def test_the_quick_editor_scenario_runs_and_its_counts_add_up(tmp_path) -> None:
         shown = [x for x in r["records"] if x["outcome"] == "shown"]
         assert all(x["latency_ms"] is not None and x["text"].strip() for x in shown)
         assert kinds["all"]["shown"] == len(shown)
+
+
+def _record(kind: str, file: int, outcome: str, ms: float | None) -> dict:
+    return {"kind": kind, "file": file, "outcome": outcome, "latency_ms": ms, "text": "", "error": ""}
+
+
+def test_latency_goals_pair_the_keys_both_paths_showed() -> None:
+    mine = [_record("open", 0, "shown", 1000.0), _record("type", 0, "shown", 2.0), _record("pause", 0, "shown", 400.0),
+            _record("accept", 0, "shown", 300.0), _record("switch", 0, "empty", None), _record("pause", 0, "shown", 600.0)]
+    theirs = [_record("open", 0, "shown", 2000.0), _record("type", 0, "superseded", None),
+              _record("pause", 0, "shown", 1000.0), _record("switch", 0, "shown", 900.0),
+              _record("pause", 0, "empty", None)]
+    # typed along (theirs superseded), accepted (theirs never asked), switch (mine empty) and the
+    # second pause (theirs empty) are not compared
+    assert same_keys(mine, theirs) == ([1000.0, 400.0], [2000.0, 1000.0])
+    results = {"lsp": {"kinds": {"all": {"p50_ms": 2.0, "p95_ms": 1000.0}}, "records": mine,
+                       "phases": {"single_file_p50_ms": None, "four_files_p50_ms": None}},
+               "llama-server": {"kinds": {"all": {"p50_ms": 1000.0, "p95_ms": 2000.0}}, "records": theirs}}
+    paired = {k: v for k, v in goals(results).items() if "keys both paths showed" in k}
+    assert len(paired) == 2 and all("over the 2 keys" in k for k in paired)
+    ours, llamas = sorted([1000.0, 400.0]), sorted([2000.0, 1000.0])
+    p50 = next(v for k, v in paired.items() if k.startswith("lsp: p50"))
+    assert p50 == round(ours[round(0.5 * (len(ours) - 1))] / llamas[round(0.5 * (len(llamas) - 1))], 2)

@@ -483,7 +483,32 @@ def goals(results: dict[str, Any]) -> dict[str, Any]:
             a, b = mine["kinds"].get(kind, {}).get(stat), llama.get(kind, {}).get(stat)
             if a and b:
                 out[f"{path}: {kind} {stat} / llama-server's (<= {bound})"] = round(a / b, 2)
+        # "all" compares different keys: specd's typing keys are answered from the suggestion on
+        # screen, llama-server's superseded by the next key; the same keys, shown on both paths:
+        mine_ms, llama_ms = same_keys(mine.get("records", []), results["llama-server"].get("records", []))
+        for q, stat, bound in ((0.5, "p50", 0.5), (0.95, "p95", 1.0)):
+            a, b = _pct(mine_ms, q), _pct(llama_ms, q)
+            if a and b:
+                out[f"{path}: {stat} over the {len(mine_ms)} keys both paths showed / llama-server's (<= {bound})"] = \
+                    round(a / b, 2)
     return out
+
+
+def same_keys(mine: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> tuple[list[float], list[float]]:
+    """Latencies of the keys both paths answered with a suggestion shown, paired: a key is its
+    kind, its file and how many keys of that kind and file came before it (an accept is asked
+    only where a suggestion was shown, so the record lists need not line up)."""
+    def keyed(records: list[dict[str, Any]]) -> dict[tuple[str, int, int], float | None]:
+        seen: dict[tuple[str, int], int] = {}
+        out: dict[tuple[str, int, int], float | None] = {}
+        for r in records:
+            n = seen.get((r["kind"], r["file"]), 0)
+            seen[(r["kind"], r["file"])] = n + 1
+            out[(r["kind"], r["file"], n)] = r["latency_ms"] if r["outcome"] == "shown" else None
+        return out
+    a, b = keyed(mine), keyed(theirs)
+    pairs = [(a[k], b[k]) for k in a if k in b and a[k] is not None and b[k] is not None]
+    return [x for x, _ in pairs], [y for _, y in pairs]
 
 
 def markdown(doc: dict[str, Any]) -> str:
