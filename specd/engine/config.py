@@ -128,10 +128,11 @@ class EngineConfig:
                                              "by another session take effect between chunks")
     windows: PromptWindows = nested(PromptWindows)
     # the draft reads the text nearest the cursor only: its cold prefill is that much shorter; the
-    # target reads the whole prompt, so the output is unchanged (specd.engine.draft_window). 256:
-    # on the suite's 11 dev Python tasks (384-token prefix window) acceptance 79.7 % vs 80.3 % with
-    # the whole prompt (K auto), 54.3 vs 54.9 (K 4); 128 lost 9 points (bench/RESULTS.md, session 8)
-    draft_prompt_tokens: int = setting(256, check=_not_negative,
+    # target reads the whole prompt, so the output is unchanged (specd.engine.draft_window). Off by
+    # default: 256 kept acceptance within a point on the dev Python tasks (79.7 vs 80.3 %, K auto)
+    # but lost 5.3 points on the held-out JavaScript and C tasks (59.3 vs 64.6 %), for ~0.55 s less
+    # draft prefill per cold request (bench/RESULTS.md, session 8)
+    draft_prompt_tokens: int = setting(0, check=_not_negative,
                                        help="the draft model's prompt: at most this many tokens of the target's "
                                             "(repository context dropped first, then the far prefix; 0: the "
                                             "target's whole prompt)")
