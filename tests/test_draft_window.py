@@ -131,6 +131,18 @@ def test_keystrokes_and_warm_reuse_the_draft_window_and_stay_exact() -> None:
     assert sum(kept) >= len(kept) - 2
 
 
+def test_typing_along_a_suggestion_with_a_draft_window_stays_exact() -> None:
+    """The rest of the last suggestion is offered as free drafts (the draft model idle), then the
+    draft model takes over from its window, behind by those tokens."""
+    spec, target = _spec_and_target(k=3)
+    shown = spec.complete(CompletionRequest(SOURCE, SUFFIX, max_tokens=16, temperature=0.0)).text
+    assert len(shown) >= 4
+    request = CompletionRequest(SOURCE + shown[:2], SUFFIX, max_tokens=16, temperature=0.0)
+    got = spec.complete(request)
+    assert got.lookahead > 0  # the lookahead drafts were used
+    assert got.text == target.complete(request).text
+
+
 def test_the_prefix_cache_restores_the_draft_window_of_a_file_edited_before() -> None:
     spec, target = _spec_and_target(k=3, prefix_cache_mb=64, prefix_block_tokens=16)
     other = "".join(f"class C{i}:\n    value = {i}\n" for i in range(25))
