@@ -47,7 +47,9 @@ class LspSettings:
     window: WindowLimits = field(default_factory=WindowLimits)
     context: ContextLimits = field(default_factory=ContextLimits)
     rules: Rules = field(default_factory=Rules)
-    repo_context: bool = True  # recently edited open documents before the FIM block
+    # recently edited open documents before the FIM block: opt-in (bench/RESULTS.md, session 8: no
+    # suggested line gained on the tasks measured, and its cold prompts were the editor bench's p95)
+    repo_context: bool = False
     debounce: DebounceSettings = field(default_factory=DebounceSettings)
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     request_ahead: bool = True  # after an accepted suggestion, ask for the next one at once

@@ -15,7 +15,7 @@ B_TEXT = "import os\n\n\ndef main():\n    \n"
 
 def shaper(**limits: object) -> tuple[RequestShaper, list[float]]:
     clock = [0.0]
-    s = RequestShaper(LspSettings(context=ContextLimits(**limits)), root="/proj")
+    s = RequestShaper(LspSettings(repo_context=True, context=ContextLimits(**limits)), root="/proj")
     s.frozen.clock = lambda: clock[0]
     s.open(A, A_TEXT, "python", "/proj/a.py")
     s.open(B, B_TEXT, "python", "/proj/b.py")

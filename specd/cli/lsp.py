@@ -27,8 +27,8 @@ def register(subparsers: Any) -> None:
                    help="do not start a daemon when none is running")
     p.add_argument("--tcp", type=int, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio (debugging)")
     p.add_argument("--max-tokens", type=int, default=64, help="longest suggestion, in tokens")
-    p.add_argument("--no-repo-context", dest="repo_context", action="store_false",
-                   help="do not send recently edited open documents as context")
+    p.add_argument("--repo-context", action=argparse.BooleanOptionalAction, default=LspSettings.repo_context,
+                   help="send recently edited open documents as repository context (default: off)")
     p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
                    help="largest message body read; larger ones are skipped (default: 64 MiB)")
     p.add_argument("--log-file", type=Path, help="write the server's log here (default: stderr)")
