@@ -1550,42 +1550,18 @@ static void x16_sums32(const block_q8_K *const *xr, int64_t rows, int64_t nsb, i
     }
 }
 
-/* output columns o0 .. o1 - 1 (multiples of 16) of all n rows over a repacked type: per block of
- * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (as even as
- * possible) while its weights stay in cache */
-GG_T512 static void gemm_x16_512(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
-                                 int64_t ldy, int64_t o0, int64_t o1) {
-    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type);
-    const int q4k = base_type(type) == GG_Q4_K;
-    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
-        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
-        const block_q8_K *xr[ROW_BLOCK];
-        for (int64_t r = 0; r < rows; r++) xr[r] = (const block_q8_K *)(act + (b0 + r) * nsb * (int64_t)sizeof(block_q8_K));
-        int16_t bsv[q4k ? ROW_BLOCK * nsb * 8 : 1];
-        const int16_t *bs[ROW_BLOCK];
-        if (q4k) x16_sums32(xr, rows, nsb, bsv, bs);
-        const int64_t tiles = (rows + 7) / 8;
-        for (int64_t o = o0; o < o1; o += 16) {
-            const uint8_t *wg = w + o / 16 * gbytes;
-            for (int64_t t = 0; t < tiles; t++) {
-                const int64_t r0 = tile_start(rows, tiles, t);
-                const int R = (int)(tile_start(rows, tiles, t + 1) - r0);
-                float out[8 * 16];
-                const block_q8_K *const *x = xr + r0;
-                const int16_t *const *b = bs + r0;
-                switch (R) {
-                case 8: x16_tile(type, 8, wg, nsb, x, b, out); break;
-                case 7: x16_tile(type, 7, wg, nsb, x, b, out); break;
-                case 6: x16_tile(type, 6, wg, nsb, x, b, out); break;
-                case 5: x16_tile(type, 5, wg, nsb, x, b, out); break;
-                case 4: x16_tile(type, 4, wg, nsb, x, b, out); break;
-                case 3: x16_tile(type, 3, wg, nsb, x, b, out); break;
-                case 2: x16_tile(type, 2, wg, nsb, x, b, out); break;
-                default: x16_tile(type, 1, wg, nsb, x, b, out); break;
-                }
-                for (int j = 0; j < R; j++) memcpy(y + (b0 + r0 + j) * ldy + o, out + 16 * j, 16 * sizeof(float));
-            }
-        }
+/* one tile of R rows (R <= 8) against one group of 16 columns, AVX-512 */
+GG_T512 static void x16_run512(int type, int R, const uint8_t *wg, int64_t nsb, const block_q8_K *const *x,
+                               const int16_t *const *b, float *out) {
+    switch (R) {
+    case 8: x16_tile(type, 8, wg, nsb, x, b, out); break;
+    case 7: x16_tile(type, 7, wg, nsb, x, b, out); break;
+    case 6: x16_tile(type, 6, wg, nsb, x, b, out); break;
+    case 5: x16_tile(type, 5, wg, nsb, x, b, out); break;
+    case 4: x16_tile(type, 4, wg, nsb, x, b, out); break;
+    case 3: x16_tile(type, 3, wg, nsb, x, b, out); break;
+    case 2: x16_tile(type, 2, wg, nsb, x, b, out); break;
+    default: x16_tile(type, 1, wg, nsb, x, b, out); break;
     }
 }
 
@@ -1721,10 +1697,23 @@ static inline __attribute__((always_inline)) void x16_tile_avx2(int type, const 
     }
 }
 
-/* gemm_x16_512 at AVX2: tiles of up to 4 rows */
-static void gemm_x16_avx2(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y,
-                          int64_t ldy, int64_t o0, int64_t o1) {
-    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type);
+/* one tile of R rows (R <= 4) against one group of 16 columns, AVX2 */
+static void x16_run_avx2(int type, int R, const uint8_t *wg, int64_t nsb, const block_q8_K *const *x,
+                         const int16_t *const *b, float *out) {
+    switch (R) {
+    case 4: x16_tile_avx2(type, 4, wg, nsb, x, b, out); break;
+    case 3: x16_tile_avx2(type, 3, wg, nsb, x, b, out); break;
+    case 2: x16_tile_avx2(type, 2, wg, nsb, x, b, out); break;
+    default: x16_tile_avx2(type, 1, wg, nsb, x, b, out); break;
+    }
+}
+
+/* output columns o0 .. o1 - 1 (multiples of 16) of all n rows over a repacked type: per block of
+ * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (AVX-512) or 4
+ * (AVX2), as even as possible, while the group's weights stay in cache */
+static void gemm_x16(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y, int64_t ldy,
+                     int64_t o0, int64_t o1, int level) {
+    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type), most = level >= GG_LEVEL_AVX512 ? 8 : 4;
     const int q4k = base_type(type) == GG_Q4_K;
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
         const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
@@ -1733,21 +1722,15 @@ static void gemm_x16_avx2(int type, const uint8_t *w, int64_t k, const uint8_t *
         int16_t bsv[q4k ? ROW_BLOCK * nsb * 8 : 1];
         const int16_t *bs[ROW_BLOCK];
         if (q4k) x16_sums32(xr, rows, nsb, bsv, bs);
-        const int64_t tiles = (rows + 3) / 4;
+        const int64_t tiles = (rows + most - 1) / most;
         for (int64_t o = o0; o < o1; o += 16) {
             const uint8_t *wg = w + o / 16 * gbytes;
             for (int64_t t = 0; t < tiles; t++) {
                 const int64_t r0 = tile_start(rows, tiles, t);
                 const int R = (int)(tile_start(rows, tiles, t + 1) - r0);
-                float out[4 * 16];
-                const block_q8_K *const *x = xr + r0;
-                const int16_t *const *b = bs + r0;
-                switch (R) {
-                case 4: x16_tile_avx2(type, 4, wg, nsb, x, b, out); break;
-                case 3: x16_tile_avx2(type, 3, wg, nsb, x, b, out); break;
-                case 2: x16_tile_avx2(type, 2, wg, nsb, x, b, out); break;
-                default: x16_tile_avx2(type, 1, wg, nsb, x, b, out); break;
-                }
+                float out[8 * 16];
+                if (level >= GG_LEVEL_AVX512) x16_run512(type, R, wg, nsb, xr + r0, bs + r0, out);
+                else x16_run_avx2(type, R, wg, nsb, xr + r0, bs + r0, out);
                 for (int j = 0; j < R; j++) memcpy(y + (b0 + r0 + j) * ldy + o, out + 16 * j, 16 * sizeof(float));
             }
         }
@@ -1823,8 +1806,7 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
         const int64_t o0 = split(N, t, tid, 16), o1 = split(N, t, tid + 1, 16);
         if (is_x16(type)) {
 #if GG_AVX2
-            if (level >= GG_LEVEL_AVX512) gemm_x16_512(type, w, k, act, n, y, ldy, o0, o1);
-            else if (level >= GG_LEVEL_AVX2) gemm_x16_avx2(type, w, k, act, n, y, ldy, o0, o1);
+            if (level >= GG_LEVEL_AVX2) gemm_x16(type, w, k, act, n, y, ldy, o0, o1, level);
             else
 #endif
                 gemm_x16_unpacked(type, w, k, act, n, y, ldy, o0, o1, level);
