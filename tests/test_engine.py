@@ -161,7 +161,10 @@ def test_bad_requests_name_the_field(bad: dict, field: str) -> None:
 
 
 def test_prompt_over_context_is_refused() -> None:
-    engine = tiny_engine(max_len=512)
+    from specd.engine.prompt import PromptWindows
+
+    # a prefix window wider than the context (the default window, 384, would cut the prompt)
+    engine = tiny_engine(max_len=512, windows=PromptWindows(max_prefix_tokens=1024))
     with pytest.raises(RequestError, match="exceeds the context"):
         engine.complete(CompletionRequest("x" * 500, max_tokens=100))
 

@@ -264,7 +264,10 @@ def test_reset_forgets_the_prefix_cache() -> None:
 def test_a_warm_longer_than_the_context_is_refused_naming_the_field() -> None:
     from specd.requests import RequestError
 
-    engine = tiny_engine(k=3, **SMALL)  # max_len 512, windows of 1024 prefix tokens
+    from specd.engine.prompt import PromptWindows
+
+    # max_len 512 and a prefix window wider than it (the default window, 384, would cut the prompt)
+    engine = tiny_engine(k=3, windows=PromptWindows(max_prefix_tokens=1024), **SMALL)
     with pytest.raises(RequestError, match="exceeds the context of 512") as e:
         engine.warm(CompletionRequest(source_file(0, 40)))
     assert e.value.field == "prefix"
