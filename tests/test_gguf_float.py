@@ -51,6 +51,16 @@ def _former_copy(path: Path) -> dict[str, torch.Tensor]:
     return out
 
 
+def _former_dir(cache: Path, path: Path) -> Path:
+    """The directory an older specd's pull left for ``path``: its dequantized copy, config and tokenizer."""
+    former_dir = cache / "former"
+    former_dir.mkdir()
+    save_file(_former_copy(path), str(former_dir / "model.safetensors"))
+    (former_dir / "config.json").write_text(json.dumps(GgufFile(path).config.to_hf()))
+    tiny_tokenizer()._tok.save(str(former_dir / "tokenizer.json"))
+    return former_dir
+
+
 def _tiny(cache: Path, name: str = "tiny.gguf", **kw) -> Path:
     """A tiny GGUF (every block format the kernels run, and an F16 matrix) with the tiny tokenizer
     placed in its cache directory (its vocabulary has no merges to build one from)."""
@@ -92,11 +102,7 @@ def test_models_equal_the_ones_built_from_the_former_copy(cache: Path, quant: st
     """The same layers (int4: the same calibration and scale search) and the same logits as a load
     of the former converted directory, and no float copy anywhere in the cache."""
     path = _tiny(cache)
-    former_dir = cache / "former"
-    former_dir.mkdir()
-    save_file(_former_copy(path), str(former_dir / "model.safetensors"))
-    (former_dir / "config.json").write_text(json.dumps(GgufFile(path).config.to_hf()))
-    tiny_tokenizer()._tok.save(str(former_dir / "tokenizer.json"))
+    former_dir = _former_dir(cache, path)
     before = load_model(str(former_dir), quant=quant, max_len=64).model
     now = load_model(str(path), quant=quant, max_len=64).model
     assert before.describe() == now.describe()
@@ -178,11 +184,7 @@ def test_the_ort_graph_from_a_gguf_file_equals_the_one_from_the_former_copy(cach
     pytest.importorskip("onnx")
     pytest.importorskip("onnxruntime")
     path = _tiny(cache)
-    former_dir = cache / "former"
-    former_dir.mkdir()
-    save_file(_former_copy(path), str(former_dir / "model.safetensors"))
-    (former_dir / "config.json").write_text(json.dumps(GgufFile(path).config.to_hf()))
-    tiny_tokenizer()._tok.save(str(former_dir / "tokenizer.json"))
+    former_dir = _former_dir(cache, path)
     before = load_model(str(former_dir), quant="fp32", backend="ort", max_len=64).model
     now = load_model(str(path), quant="fp32", backend="ort", max_len=64)
     [graph] = now.path.glob("ort-fp32*.onnx")
