@@ -262,7 +262,7 @@ static inline int q4_K_code(const block_q4_K *b, int e) {
 
 /* super-block i of 16 GGUF rows (rows[c], c < 16) -> its repacked bytes at g */
 static void repack_q4_K(const block_q4_K *const *rows, int64_t i, uint8_t *g) {
-    uint8_t *sc = g + 2048, *mn = g + 2176;
+    uint8_t *sc = g + X16_Q4_K_SC, *mn = g + X16_Q4_K_MIN;
     for (int c = 0; c < 16; c++) {
         const block_q4_K *b = rows[c] + i;
         for (int s = 0; s < 8; s++)
@@ -276,14 +276,14 @@ static void repack_q4_K(const block_q4_K *const *rows, int64_t i, uint8_t *g) {
             sc[16 * s + c] = scale;
             mn[32 * (s / 2) + 2 * c + s % 2] = min;
         }
-        memcpy(g + 2304 + 2 * c, &b->d, 2);
-        memcpy(g + 2336 + 2 * c, &b->dmin, 2);
+        memcpy(g + X16_Q4_K_D + 2 * c, &b->d, 2);
+        memcpy(g + X16_Q4_K_DMIN + 2 * c, &b->dmin, 2);
     }
 }
 
 /* the inverse: the repacked super-block at g -> super-block i of the 16 rows */
 static void unrepack_q4_K(const uint8_t *g, int64_t i, block_q4_K *const *rows) {
-    const uint8_t *sc = g + 2048, *mn = g + 2176;
+    const uint8_t *sc = g + X16_Q4_K_SC, *mn = g + X16_Q4_K_MIN;
     for (int c = 0; c < 16; c++) {
         block_q4_K *b = rows[c] + i;
         for (int s = 0; s < 8; s++)
@@ -308,8 +308,8 @@ static void unrepack_q4_K(const uint8_t *g, int64_t i, block_q4_K *const *rows) 
             b->scales[j + 4] = (uint8_t)(mns[j] | (mns[j + 4] >> 4) << 6);
             b->scales[j + 8] = (uint8_t)((scl[j + 4] & 0xF) | (mns[j + 4] & 0xF) << 4);
         }
-        memcpy(&b->d, g + 2304 + 2 * c, 2);
-        memcpy(&b->dmin, g + 2336 + 2 * c, 2);
+        memcpy(&b->d, g + X16_Q4_K_D + 2 * c, 2);
+        memcpy(&b->dmin, g + X16_Q4_K_DMIN + 2 * c, 2);
     }
 }
 
@@ -324,11 +324,11 @@ static void repack_q6_K(const block_q6_K *const *rows, int64_t i, uint8_t *g) {
             for (int e = 0; e < 4; e++) {
                 uint8_t u = 0;
                 for (int q = 0; q < 4; q++) u |= (uint8_t)((q6_K_code(b, 16 * s + 4 * q + e) >> 4) << (2 * q));
-                g[2048 + 64 * s + 4 * c + e] = u;
+                g[X16_Q6_K_HI + 64 * s + 4 * c + e] = u;
             }
-            g[3072 + 16 * s + c] = (uint8_t)b->scales[s];
+            g[X16_Q6_K_SC + 16 * s + c] = (uint8_t)b->scales[s];
         }
-        memcpy(g + 3328 + 2 * c, &b->d, 2);
+        memcpy(g + X16_Q6_K_D + 2 * c, &b->d, 2);
     }
 }
 
@@ -338,15 +338,15 @@ static void unrepack_q6_K(const uint8_t *g, int64_t i, block_q6_K *const *rows) 
         for (int el = 0; el < QK_K; el++) {
             const int s = el / 16, r = el % 16, q = r / 4, e = r % 4; /* r = 4q + e */
             const uint8_t v = g[64 * (2 * s + (q & 1)) + 4 * c + e];
-            const int code = (q < 2 ? v & 0xF : v >> 4) | ((g[2048 + 64 * s + 4 * c + e] >> (2 * q)) & 3) << 4;
+            const int code = (q < 2 ? v & 0xF : v >> 4) | ((g[X16_Q6_K_HI + 64 * s + 4 * c + e] >> (2 * q)) & 3) << 4;
             /* q6_K_code's bit places, written back */
             const int half = el / 128, quad = (el % 128) / 32, l = el % 32;
             uint8_t *ql = &b->ql[64 * half + l + (quad & 1) * 32], *qh = &b->qh[32 * half + l];
             *ql = quad < 2 ? (uint8_t)((*ql & 0xF0) | (code & 0xF)) : (uint8_t)((*ql & 0x0F) | (code & 0xF) << 4);
             *qh = (uint8_t)((*qh & ~(3 << (2 * quad))) | (code >> 4) << (2 * quad));
         }
-        for (int s = 0; s < 16; s++) b->scales[s] = (int8_t)g[3072 + 16 * s + c];
-        memcpy(&b->d, g + 3328 + 2 * c, 2);
+        for (int s = 0; s < 16; s++) b->scales[s] = (int8_t)g[X16_Q6_K_SC + 16 * s + c];
+        memcpy(&b->d, g + X16_Q6_K_D + 2 * c, 2);
     }
 }
 
@@ -387,6 +387,15 @@ static void unrepack_groups(int type, const uint8_t *w, int64_t k, int64_t g0, i
     }
 }
 
+/* a malloc'd copy of the GGUF blocks N rows of a repacked type came from (the caller frees it);
+ * NULL when N is not whole groups of 16 or memory runs out */
+static uint8_t *unrepacked(int type, const uint8_t *w, int64_t N, int64_t k) {
+    if (N % 16) return NULL;
+    uint8_t *out = malloc((size_t)(N * gg_row_bytes(base_type(type), k)) + 1); /* (+1: never malloc(0)) */
+    if (out) unrepack_groups(type, w, k, 0, N / 16, out);
+    return out;
+}
+
 /* N rows x k of a repacked type at w -> the GGUF blocks they came from, byte for byte; -1 as gg_repack */
 int gg_unrepack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out) {
     if (!is_x16(type) || gg_row_bytes(type, k) < 0 || N < 0 || N % 16) return -1;
@@ -398,17 +407,12 @@ int gg_unrepack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out) 
 int gg_dequantize(int type, const uint8_t *w, int64_t rows, int64_t k, float *out) {
     const int64_t rb = gg_row_bytes(type, k);
     if (rb < 0 || rows < 0) return -1;
-    if (is_x16(type)) { /* through the GGUF blocks, 16 rows at a time */
-        if (rows % 16) return -1;
-        const int64_t brb = gg_row_bytes(base_type(type), k);
-        uint8_t *tmp = malloc((size_t)(16 * brb));
+    if (is_x16(type)) { /* through the GGUF blocks */
+        uint8_t *tmp = unrepacked(type, w, rows, k);
         if (!tmp) return -1;
-        for (int64_t g = 0; g < rows / 16; g++) {
-            unrepack_groups(type, w, k, g, g + 1, tmp);
-            gg_dequantize(base_type(type), tmp, 16, k, out + 16 * g * k);
-        }
+        const int rc = gg_dequantize(base_type(type), tmp, rows, k, out);
         free(tmp);
-        return 0;
+        return rc;
     }
     for (int64_t r = 0; r < rows; r++) {
         const void *row = w + r * rb;
@@ -1456,15 +1460,15 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
                     sub2[j] = _mm512_dpbusd_epi32(sub2[j], hi, bcast4(q + 16));
                 }
             }
-            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + 2048 + 16 * s)));
+            const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + X16_Q4_K_SC + 16 * s)));
             for (int j = 0; j < R; j++)
                 isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(sub[j], sub2[j]), sc));
         }
         /* msum = sum_s m_s * (row's sum of sub-block s), by pairs of sub-blocks (vpdpwssd, exact) */
         __m512i mp[4];
-        for (int p = 0; p < 4; p++) mp[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + 2176 + 32 * p)));
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 2304)));
-        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 2336)));
+        for (int p = 0; p < 4; p++) mp[p] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + X16_Q4_K_MIN + 32 * p)));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + X16_Q4_K_D)));
+        const __m512 mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + X16_Q4_K_DMIN)));
         for (int j = 0; j < R; j++) {
             __m512i ms = _mm512_setzero_si512();
             for (int p = 0; p < 4; p++) {
@@ -1494,7 +1498,7 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
         for (int s = 0; s < 16; s++) {
             const __m512i v0 = _mm512_loadu_si512((const void *)(w + 128 * s));
             const __m512i v1 = _mm512_loadu_si512((const void *)(w + 128 * s + 64));
-            const __m512i u = _mm512_loadu_si512((const void *)(w + 2048 + 64 * s));
+            const __m512i u = _mm512_loadu_si512((const void *)(w + X16_Q6_K_HI + 64 * s));
             /* the codes 0..63 of elements 16s + 4q + e, q < 4 */
             const __m512i q0 = _mm512_or_si512(_mm512_and_si512(v0, m4), _mm512_slli_epi16(_mm512_and_si512(u, m3), 4));
             const __m512i q1 = _mm512_or_si512(_mm512_and_si512(v1, m4),
@@ -1508,14 +1512,14 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
                 const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q2, bcast4(q + 8));
                 sub[j] = _mm512_add_epi32(_mm512_dpbusd_epi32(a, q1, bcast4(q + 4)), _mm512_dpbusd_epi32(b, q3, bcast4(q + 12)));
             }
-            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + 3072 + 16 * s)));
+            const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + X16_Q6_K_SC + 16 * s)));
             for (int j = 0; j < R; j++) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sub[j], sc));
         }
         /* isum -= 32 * sum_s sc_s * (row's sum of sub-block s), by pairs of sub-blocks */
         for (int j = 0; j < R; j++) sub[j] = _mm512_setzero_si512();
         for (int p = 0; p < 8; p++) {
-            const __m128i a = _mm_loadu_si128((const __m128i *)(w + 3072 + 32 * p));
-            const __m128i b = _mm_loadu_si128((const __m128i *)(w + 3072 + 32 * p + 16));
+            const __m128i a = _mm_loadu_si128((const __m128i *)(w + X16_Q6_K_SC + 32 * p));
+            const __m128i b = _mm_loadu_si128((const __m128i *)(w + X16_Q6_K_SC + 32 * p + 16));
             const __m512i scp = _mm512_cvtepi8_epi16(
                 _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(a, b)), _mm_unpackhi_epi8(a, b), 1));
             for (int j = 0; j < R; j++) {
@@ -1524,7 +1528,7 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
                 sub[j] = _mm512_dpwssd_epi32(sub[j], scp, _mm512_set1_epi32(pair));
             }
         }
-        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + 3328)));
+        const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + X16_Q6_K_D)));
         for (int j = 0; j < R; j++) {
             const __m512i is = _mm512_sub_epi32(isum[j], _mm512_slli_epi32(sub[j], 5));
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), _mm512_mul_ps(dw, _mm512_set1_ps(xr[j][i].d)), acc[j]);
@@ -1612,14 +1616,14 @@ static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, con
                     s16[j] = _mm256_add_epi16(s16[j], _mm256_maddubs_epi16(hi, bcast4_256(q + 16)));
                 }
             }
-            const __m256i sc = scale_pairs_u8(w + 2048 + 16 * s + 8 * hf);
+            const __m256i sc = scale_pairs_u8(w + X16_Q4_K_SC + 16 * s + 8 * hf);
             for (int j = 0; j < R; j++) isum[j] = _mm256_add_epi32(isum[j], _mm256_madd_epi16(s16[j], sc));
         }
         __m256i mp[4];
         for (int p = 0; p < 4; p++)
-            mp[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + 2176 + 32 * p + 16 * hf)));
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2304 + 16 * hf)));
-        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 2336 + 16 * hf)));
+            mp[p] = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)(w + X16_Q4_K_MIN + 32 * p + 16 * hf)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + X16_Q4_K_D + 16 * hf)));
+        const __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + X16_Q4_K_DMIN + 16 * hf)));
         for (int j = 0; j < R; j++) {
             __m256i ms = _mm256_setzero_si256();
             for (int p = 0; p < 4; p++) {
@@ -1649,14 +1653,14 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
         for (int s = 0; s < 16; s++) {
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 32 * hf));
             const __m256i v1 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 64 + 32 * hf));
-            const __m256i u = _mm256_loadu_si256((const __m256i *)(w + 2048 + 64 * s + 32 * hf));
+            const __m256i u = _mm256_loadu_si256((const __m256i *)(w + X16_Q6_K_HI + 64 * s + 32 * hf));
             const __m256i q0 = _mm256_or_si256(_mm256_and_si256(v0, m4), _mm256_slli_epi16(_mm256_and_si256(u, m3), 4));
             const __m256i q1 = _mm256_or_si256(_mm256_and_si256(v1, m4),
                                                _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 2), m3), 4));
             const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), _mm256_and_si256(u, m30));
             const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4),
                                                _mm256_and_si256(_mm256_srli_epi16(u, 2), m30));
-            const __m256i sc = scale_pairs_s8(w + 3072 + 16 * s + 8 * hf);
+            const __m256i sc = scale_pairs_s8(w + X16_Q6_K_SC + 16 * s + 8 * hf);
             for (int j = 0; j < R; j++) {
                 const int8_t *q = xr[j][i].qs + 16 * s;
                 const __m256i a = _mm256_add_epi16(_mm256_maddubs_epi16(q0, bcast4_256(q)),
@@ -1669,8 +1673,8 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
         __m256i off[4];
         for (int j = 0; j < R; j++) off[j] = _mm256_setzero_si256();
         for (int p = 0; p < 8; p++) {
-            const __m128i a = _mm_loadl_epi64((const __m128i *)(w + 3072 + 32 * p + 8 * hf));
-            const __m128i b = _mm_loadl_epi64((const __m128i *)(w + 3072 + 32 * p + 16 + 8 * hf));
+            const __m128i a = _mm_loadl_epi64((const __m128i *)(w + X16_Q6_K_SC + 32 * p + 8 * hf));
+            const __m128i b = _mm_loadl_epi64((const __m128i *)(w + X16_Q6_K_SC + 32 * p + 16 + 8 * hf));
             const __m256i scp = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(a, b));
             for (int j = 0; j < R; j++) {
                 int32_t pair;
@@ -1678,7 +1682,7 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
                 off[j] = _mm256_add_epi32(off[j], _mm256_madd_epi16(scp, _mm256_set1_epi32(pair)));
             }
         }
-        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 3328 + 16 * hf)));
+        const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + X16_Q6_K_D + 16 * hf)));
         for (int j = 0; j < R; j++) {
             const __m256i is = _mm256_sub_epi32(isum[j], _mm256_slli_epi32(off[j], 5));
             float *o = out + 16 * j + 8 * hf;
@@ -1827,11 +1831,8 @@ int gg_gemm_ref(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t 
     const int64_t wrb = gg_row_bytes(type, k), arb = gg_act_bytes(type, k);
     if (wrb < 0 || N < 0 || n < 0 || ldy < N) return -1;
     if (is_x16(type)) { /* the GGUF rows back, then their reference */
-        if (N % 16) return -1;
-        const int64_t brb = gg_row_bytes(base_type(type), k);
-        uint8_t *tmp = malloc((size_t)(N * brb));
+        uint8_t *tmp = unrepacked(type, w, N, k);
         if (!tmp) return -1;
-        unrepack_groups(type, w, k, 0, N / 16, tmp);
         const int rc = gg_gemm_ref(base_type(type), tmp, N, k, act, n, y, ldy);
         free(tmp);
         return rc;

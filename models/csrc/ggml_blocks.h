@@ -45,7 +45,7 @@ _Static_assert(sizeof(block_q6_K) == 210, "Q6_K block: 210 bytes");
 _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block: 292 bytes");
 
 /* specd's own repacked layouts of the K-quants (not GGUF's; built once at load by gg_repack for
- * the AVX-512 VNNI kernels, where the CPU has them): the rows of a tensor in groups of 16, each
+ * the AVX2 and AVX-512 VNNI kernels, where the CPU has them): the rows of a tensor in groups of 16, each
  * group's super-blocks one after another, super-block i of group g at (g * nsb + i) * bytes. In one
  * such super-block, "col c" is row 16 g + c of the tensor and a "vector" is 64 bytes, byte 4 c + e
  * of it belonging to col c (so int32 lane c of a 512-bit register is col c):
@@ -62,5 +62,8 @@ _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block: 292 bytes");
 enum { GG_Q4_K_X16 = GG_X16 | GG_Q4_K, GG_Q6_K_X16 = GG_X16 | GG_Q6_K };
 #define X16_Q4_K_BYTES 2368
 #define X16_Q6_K_BYTES 3360
+/* byte offsets inside one repacked super-block (the code vectors start at 0) */
+enum { X16_Q4_K_SC = 2048, X16_Q4_K_MIN = 2176, X16_Q4_K_D = 2304, X16_Q4_K_DMIN = 2336 };
+enum { X16_Q6_K_HI = 2048, X16_Q6_K_SC = 3072, X16_Q6_K_D = 3328 };
 
 #endif
