@@ -30,7 +30,7 @@ KERNEL_TYPES: dict[int, str] = {
 }
 K_QUANTS = frozenset({int(GGMLQuantizationType.Q4_K), int(GGMLQuantizationType.Q6_K)})  # Q8_K activations
 # specd's repacked layout of a K-quant (ggml_blocks.h: 16 rows interleaved per super-block for the
-# AVX-512 VNNI kernels): its kernel type id is the GGUF type | X16
+# AVX2 and AVX-512 VNNI kernels): its kernel type id is the GGUF type | X16
 X16 = 0x100
 X16_ROWS = 16
 
@@ -160,7 +160,7 @@ class GgufLinear:
     Q8_K) and each part's kernel writes its columns of the output directly.
 
     ``repack`` (default: ``repacks_here()``): K-quant parts are copied once into specd's
-    interleaved layout (``repack_blocks``), which the AVX-512 VNNI kernels run for every number of rows
+    interleaved layout (``repack_blocks``), which the AVX2 and AVX-512 kernels run for every number of rows
     (one token, a verification, a prefill) with the same bits as the GGUF layout; the parts keep
     their GGUF views (``parts``, for ``reference`` and ``dequantize``), which the caller may let the
     OS drop from memory (``GgufFile.release``)."""
