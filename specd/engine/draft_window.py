@@ -25,6 +25,7 @@ import torch
 
 from specd.engine.budget import DraftBudget
 from specd.engine.drafters import Drafter, Proposal
+from specd.engine.prompt import quantized_cut
 from specd.engine.sampling import SamplingParams
 from specd.models.tokenizer import Tokenizer
 from specd.schema import ConfigError
@@ -79,21 +80,15 @@ class DraftWindow:
         if self.limit == 0 or len(prompt) <= self.limit:
             return DraftPrompt(prompt, len(prompt))
         if self.fim is None:
-            start = self._quantized(len(prompt), self.limit)
+            start = quantized_cut(len(prompt), self.limit, self.step)
             return DraftPrompt(prompt[start:], len(prompt))
         p, s, _ = self.fim
         at_p = prompt.index(p)  # the context before it holds no FIM token (it is text there)
         at_s = prompt.index(s, at_p)
         prefix, tail = prompt[at_p + 1 : at_s], prompt[at_s:]
         keep = max(0, self.limit - 1 - len(tail))  # the context is dropped first, whole
-        start = self._line_start(prefix, self._quantized(len(prefix), keep))
+        start = self._line_start(prefix, quantized_cut(len(prefix), keep, self.step))
         return DraftPrompt([p, *prefix[start:], *tail], len(prompt))
-
-    def _quantized(self, n: int, keep: int) -> int:
-        """Where ``n`` tokens start to leave at most ``keep``: the excess rounded up to whole steps
-        (the start holds while the text grows by up to a step)."""
-        excess = n - keep
-        return 0 if excess <= 0 else min(n, -(-excess // self.step) * self.step)
 
     def _line_start(self, ids: list[int], start: int) -> int:
         """The first position at or after ``start``, within a step, that follows a newline."""

@@ -32,6 +32,13 @@ REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 _CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
 
 
+def quantized_cut(n: int, keep: int, step: int) -> int:
+    """Where ``n`` tokens start to leave at most ``keep``: the excess rounded up to whole steps, so
+    the start holds while the text grows by up to a step (0 when everything fits)."""
+    excess = n - keep
+    return 0 if excess <= 0 else min(n, -(-excess // step) * step)
+
+
 class PromptBuilder:
     def __init__(self, tokenizer: Tokenizer, windows: PromptWindows = PromptWindows()) -> None:
         if windows.prompt_layout not in PROMPT_LAYOUTS:
@@ -67,8 +74,7 @@ class PromptBuilder:
         ids = self.tokenizer.encode(prefix)
         if len(ids) <= limit:
             return prefix
-        step = max(1, limit // 4)
-        cut = -(-(len(ids) - limit) // step) * step  # excess rounded up to a whole step
+        cut = quantized_cut(len(ids), limit, max(1, limit // 4))
         tail = self.tokenizer.decode(ids[cut:])
         nl = tail.find("\n")
         return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
