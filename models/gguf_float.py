@@ -2,7 +2,7 @@
 
 The quant modes that start from float weights (the INT4 draft, int8, bf16, fp8, fp32 and the ONNX
 Runtime graphs) read a GGUF source through ``GgufFloatWeights``: no dequantized copy of the model
-exists on disk, and in memory only the tensor being read (its rows dequantized in chunks straight
+exists on disk, and in memory only the tensor being read (``GgufFile.dense``: its rows dequantized in chunks straight
 into the result, so the peak is that tensor's own copy plus one chunk). The values are the ones
 specd's former ``converted/model.safetensors`` held, bit for bit: each tensor dequantized as gguf-py
 does (specd's kernels' scalar reference for the formats they run, ``gg_dequantize``, else gguf-py
@@ -16,55 +16,14 @@ rows looked up become resident, instead of a 272 MB copy).
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
-from gguf import GGMLQuantizationType
-from gguf.quants import dequantize as gguf_dequantize
 
-from specd.models import q8
 from specd.models.gguf_convert import hf_name
-from specd.models.gguf_linear import GgufEmbedding, unsupported
-from specd.models.gguf_linear import dequantize as kernel_dequantize
-from specd.models.gguf_model import EMBEDDING, GgufFile
+from specd.models.gguf_linear import GgufEmbedding
+from specd.models.gguf_model import EMBEDDING, FLOAT_TYPES, GgufFile
 from specd.models.weights import LazyWeights
 
-# rows dequantized per step: bounds the float32 scratch beside the result (4096 rows of the
-# 1.5B's 1,536-wide embedding: 25 MB)
-CHUNK_ROWS = 4096
 MATRIX_DTYPE = torch.bfloat16  # what the converted copy stored matrices as (vectors: float32)
-
-_F32, _F16, _BF16 = (int(GGMLQuantizationType.F32), int(GGMLQuantizationType.F16),
-                     int(GGMLQuantizationType.BF16))
-
-
-def _rows_float32(qtype: int, raw: torch.Tensor, k: int) -> torch.Tensor:
-    """Block rows ``raw`` uint8 ``[n, row_bytes]`` -> float32 ``[n, k]``."""
-    if qtype == _F32:
-        return raw.contiguous().view(torch.float32)
-    if qtype == _F16:
-        return raw.contiguous().view(torch.float16).float()
-    if qtype == _BF16:
-        return raw.contiguous().view(torch.bfloat16).float()
-    if unsupported(qtype, k) is None and q8.available():
-        return kernel_dequantize(qtype, raw, k)
-    values = gguf_dequantize(raw.numpy(), GGMLQuantizationType(qtype))
-    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(raw.shape[0], k))
-
-
-def read_tensor(file: GgufFile, name: str, dtype: torch.dtype) -> torch.Tensor:
-    """GGUF tensor ``name`` dequantized into a new ``dtype`` tensor of its shape (outermost
-    dimension first), ``CHUNK_ROWS`` rows at a time."""
-    t = file.tensors[name]
-    k = t.dims[0]
-    rows = math.prod(t.dims[1:])
-    raw = file.blocks(name)  # [rows, row_bytes], a view of the map
-    out = torch.empty(rows, k, dtype=dtype)
-    for lo in range(0, rows, CHUNK_ROWS):
-        hi = min(rows, lo + CHUNK_ROWS)
-        out[lo:hi] = _rows_float32(t.qtype, raw[lo:hi], k)  # (copy_ rounds as .to(dtype) does)
-    return out.reshape(tuple(reversed(t.dims)))
 
 
 class RoundedEmbedding:
@@ -100,8 +59,8 @@ class GgufFloatWeights(LazyWeights[object]):
     def __getitem__(self, name: str) -> object:
         gguf = self._where[name]
         qtype = self.file.qtype(gguf)
-        if name == EMBEDDING and self.embedding_blocks and qtype not in (_F32, _F16, _BF16):
+        if name == EMBEDDING and self.embedding_blocks and qtype not in FLOAT_TYPES:
             return RoundedEmbedding(GgufEmbedding(gguf, qtype, self.file.blocks(gguf), self.file.width(gguf)),
                                     MATRIX_DTYPE)
         dtype = torch.float32 if len(self.file.tensors[gguf].dims) == 1 else MATRIX_DTYPE
-        return read_tensor(self.file, gguf, dtype)
+        return self.file.dense(gguf, dtype)

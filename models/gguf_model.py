@@ -29,14 +29,16 @@ from gguf.quants import dequantize as gguf_dequantize
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name, read_config
+from specd.models import q8
 from specd.models.gguf_linear import KERNEL_TYPES, GgufEmbedding, GgufLinear, GgufPart, type_name, unsupported
+from specd.models.gguf_linear import dequantize as kernel_dequantize
 from specd.models.quant import DenseLinear, Linear
 from specd.models.weights import LazyWeights
 
 log = logging.getLogger(__name__)
 
 # float tensor types: a linear stored in one of them runs dense in bf16 (logged once per model)
-_FLOAT_TYPES = frozenset({int(GGMLQuantizationType.F32), int(GGMLQuantizationType.F16), int(GGMLQuantizationType.BF16)})
+FLOAT_TYPES = frozenset({int(GGMLQuantizationType.F32), int(GGMLQuantizationType.F16), int(GGMLQuantizationType.BF16)})
 EMBEDDING = "model.embed_tokens.weight"
 
 
@@ -138,6 +140,25 @@ class _Header:
         return _Field(None, range(count))
 
 
+# rows dequantized per step by GgufFile.dense: bounds the float32 scratch beside the result (4096
+# rows of the 1.5B's 1,536-wide embedding: 25 MB)
+CHUNK_ROWS = 4096
+
+
+def _rows_float32(qtype: int, raw: torch.Tensor, k: int) -> torch.Tensor:
+    """Block rows ``raw`` uint8 ``[n, row_bytes]`` -> float32 ``[n, k]``: floats as stored, the
+    formats specd's kernels run by their scalar reference (gguf-py's numbers bit for bit), the
+    rest by gguf-py."""
+    floats = {int(GGMLQuantizationType.F32): torch.float32, int(GGMLQuantizationType.F16): torch.float16,
+              int(GGMLQuantizationType.BF16): torch.bfloat16}
+    if qtype in floats:
+        return raw.contiguous().view(floats[qtype]).float()
+    if unsupported(qtype, k) is None and q8.available():
+        return kernel_dequantize(qtype, raw, k)
+    values = gguf_dequantize(raw.numpy(), GGMLQuantizationType(qtype))
+    return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(raw.shape[0], k))
+
+
 class GgufFile:
     """A GGUF file's tensors by name, memory-mapped (copy-on-write: writable views, nothing
     copied), and the decoder config its metadata gives. ModelError naming the file when it is
@@ -190,17 +211,18 @@ class GgufFile:
         if end > start:
             mm.madvise(mmap.MADV_DONTNEED, start, end - start)
 
-    def dense(self, name: str) -> torch.Tensor:
-        """The tensor as float32, a copy (``[rows, k]``, or ``[k]`` for a vector)."""
+    def dense(self, name: str, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The tensor as a new ``dtype`` tensor of its shape (outermost dimension first: ``[rows, k]``,
+        or ``[k]`` for a vector), dequantized ``CHUNK_ROWS`` rows at a time (the peak is the result
+        plus one chunk's float32 rows); the values gguf-py's dequantization gives, rounded to ``dtype``."""
         t = self.tensors[name]
-        shape = tuple(reversed(t.dims))
-        raw = self._map[t.offset : t.offset + t.nbytes]
-        if t.qtype == int(GGMLQuantizationType.F32):
-            values = raw.view(np.float32)
-        else:
-            rows = math.prod(t.dims[1:])
-            values = gguf_dequantize(raw.reshape(rows, -1), GGMLQuantizationType(t.qtype))
-        return torch.from_numpy(np.array(values, dtype=np.float32).reshape(shape))
+        k, rows = t.dims[0], math.prod(t.dims[1:])
+        raw = self.blocks(name)  # [rows, row_bytes], a view of the map
+        out = torch.empty(rows, k, dtype=dtype)
+        for lo in range(0, rows, CHUNK_ROWS):
+            hi = min(rows, lo + CHUNK_ROWS)
+            out[lo:hi] = _rows_float32(t.qtype, raw[lo:hi], k)  # (copy_ rounds as .to(dtype) does)
+        return out.reshape(tuple(reversed(t.dims)))
 
     def type_counts(self) -> dict[str, int]:
         """Tensors by type name (``{'Q4_K': 169, 'Q6_K': 29, 'F32': 141}``)."""
@@ -220,7 +242,7 @@ class GgufWeights(LazyWeights[object]):
     def __getitem__(self, name: str) -> object:
         gguf = self._where[name]
         qtype = self.file.qtype(gguf)
-        if name == EMBEDDING and qtype not in _FLOAT_TYPES:
+        if name == EMBEDDING and qtype not in FLOAT_TYPES:
             return GgufEmbedding(gguf, qtype, self.file.blocks(gguf), self.file.width(gguf))
         return self.file.dense(gguf)
 
@@ -263,7 +285,7 @@ class GgufLinearFactory:
         if len(widths) != 1:
             raise ModelError(f"{self.file.path}: tensors {', '.join(tensors)} differ in input width {sorted(widths)}")
         k = widths.pop()
-        if any(self.file.qtype(t) in _FLOAT_TYPES for t in tensors):
+        if any(self.file.qtype(t) in FLOAT_TYPES for t in tensors):
             if not self.dense:
                 log.warning("%s: GGUF tensor %s is stored as %s: layers stored as floats run dense in bf16",
                             self.model, tensors[0], type_name(self.file.qtype(tensors[0])))

@@ -19,7 +19,7 @@ from gguf import quants as gquants
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specd.models import gguf_float, q8
+from specd.models import gguf_model, q8
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name
 from specd.models.gguf_float import GgufFloatWeights, RoundedEmbedding
@@ -79,15 +79,15 @@ def _cache_files(cache: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("kernels", [True, False], ids=["kernels", "gguf-py"])
-@pytest.mark.parametrize("chunk", [gguf_float.CHUNK_ROWS, 7])
+@pytest.mark.parametrize("chunk", [gguf_model.CHUNK_ROWS, 7])
 def test_tensors_equal_the_former_converted_copy(cache: Path, monkeypatch: pytest.MonkeyPatch,
                                                  kernels: bool, chunk: int) -> None:
     """Bit for bit, whichever dequantizer runs (specd's kernels' reference or gguf-py) and however
     the rows are chunked (7: chunks end inside every tensor)."""
     path = write_tiny_gguf(cache / "tiny.gguf", seed=0, embed=T.Q8_0, output=T.Q4_K)
-    monkeypatch.setattr(gguf_float, "CHUNK_ROWS", chunk)
+    monkeypatch.setattr(gguf_model, "CHUNK_ROWS", chunk)
     if not kernels:
-        monkeypatch.setattr(gguf_float.q8, "available", lambda: False)
+        monkeypatch.setattr(gguf_model.q8, "available", lambda: False)
     former = _former_copy(path)
     weights = GgufFloatWeights(GgufFile(path))
     assert sorted(weights) == sorted(former)
