@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer as _HFTokenizer
@@ -12,6 +14,16 @@ from specd.models.errors import ModelError
 
 # What GGUF conversions (llama.cpp, transformers) name the embedding rows that have no token
 _PLACEHOLDER = re.compile(r"\[PAD\d+\]")
+
+
+@dataclass(frozen=True)
+class TokenizerRules:
+    """Beside the vocabulary, what the ids were made by: the model type (``BPE``) and its merges in
+    rank order. Read from the tokenizer's own serialization, so two tokenizers built by different
+    tools (Hugging Face's ``tokenizer.json``, transformers from a GGUF) compare by content."""
+
+    model_type: str
+    merges: tuple[tuple[str, ...], ...]
 
 
 class Tokenizer:
@@ -42,6 +54,20 @@ class Tokenizer:
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def identical(self, other: "Tokenizer") -> bool:
+        """Whether both serialize to the same JSON (the same file, or the same build of it)."""
+        return self is other or self._tok.to_str() == other._tok.to_str()
+
+    def real_vocab(self) -> dict[int, str]:
+        """Id -> text of every real token (``[PADn]`` placeholders left out)."""
+        return {i: tok for tok, i in self.vocab().items() if not _PLACEHOLDER.fullmatch(tok)}
+
+    def rules(self) -> TokenizerRules:
+        """See :class:`TokenizerRules` (parses the serialized tokenizer: call it once)."""
+        model = json.loads(self._tok.to_str()).get("model") or {}
+        merges = tuple(tuple(m.split(" ", 1)) if isinstance(m, str) else tuple(m) for m in model.get("merges") or ())
+        return TokenizerRules(str(model.get("type", "?")), merges)
 
     def real_token_ids(self) -> list[int]:
         """Ids of real tokens: every id the tokenizer knows except ``[PADn]`` placeholders, which

@@ -18,7 +18,7 @@ from specd.engine.sampling import (
 )
 from specd.engine.policy import FixedK
 from specd.engine.speculative import Decoding, generate
-from tests.toy import TableLM, exact_joint, table
+from tests.toy import TableLM, exact_joint, padded, table
 
 
 def output_distribution(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -128,4 +128,31 @@ def test_speculative_samples_follow_target(k: int, min_prob: float) -> None:
         out, _ = generate(tgt, prompt, Decoding(n_new, params, generator=g), drafter,
                           k=FixedK(k, min_prob=min_prob))
         counts[tuple(out)] += 1
+    assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("k, target_rows, draft_rows, allowed", [
+    (4, 6, 5, [True] * 4),  # the target padded further than the draft; a plain cut to 4 ids
+    (2, 5, 7, [True] * 4 + [False]),  # the draft padded further; id 4 a [PADn] placeholder, masked
+])
+def test_speculative_samples_follow_target_on_a_padded_pair(k: int, target_rows: int, draft_rows: int,
+                                                            allowed: list[bool]) -> None:
+    """Draft and target with different numbers of padding rows (each padding logit high enough to
+    take most of the mass if it were allowed): the output follows the target over its 4 real ids."""
+    vocab, n_new, samples = 4, 3, 100_000
+    prompt = [1, 3, 0]
+    tgt = TableLM(padded(table(16, vocab, seed=11), target_rows))
+    drf = TableLM(padded(table(16, vocab, seed=12, scale=1.0), draft_rows))
+    params = SamplingParams(temperature=1.0, allowed=torch.tensor(allowed))
+    exact = exact_joint(tgt, prompt, n_new, vocab)
+    counts = torch.zeros_like(exact)
+    g = torch.Generator().manual_seed(k)
+    drafter = ModelDrafter(drf)
+    drafted = 0
+    for _ in range(samples):
+        out, stats = generate(tgt, prompt, Decoding(n_new, params, generator=g), drafter, k=k)
+        counts[tuple(out)] += 1
+        drafted += stats.drafted
+    assert drafted > samples
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4

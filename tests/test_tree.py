@@ -13,7 +13,7 @@ from specd.engine.drafters import ModelDrafter
 from specd.engine.sampling import SamplingParams, acceptance_probability, residual_distribution
 from specd.engine.speculative import Decoding, generate
 from tests.tiny import tiny_decoder
-from tests.toy import TableLM, exact_joint, table
+from tests.toy import TableLM, exact_joint, padded, table
 from tests.test_sampling import _chi2_pvalue, _dist
 
 
@@ -122,17 +122,21 @@ def test_tree_takes_the_sibling_when_the_target_prefers_it() -> None:
 
 
 @pytest.mark.slow
-def test_tree_samples_follow_target() -> None:
-    """End to end through the loop: trees with three candidates at every depth, sampled."""
+@pytest.mark.parametrize("target_rows, draft_rows", [(4, 4), (6, 5)])
+def test_tree_samples_follow_target(target_rows: int, draft_rows: int) -> None:
+    """End to end through the loop: trees with three candidates at every depth, sampled; also on
+    a padded pair (padding rows that would dominate if allowed, more of them in the target)."""
     vocab, n_new, samples = 4, 3, 30_000
     prompt = [1, 3, 0]
-    tgt, drf = TableLM(table(16, vocab, seed=41)), TableLM(table(16, vocab, seed=42, scale=1.0))
-    exact = exact_joint(tgt, prompt, n_new)
+    tgt = TableLM(padded(table(16, vocab, seed=41), target_rows))
+    drf = TableLM(padded(table(16, vocab, seed=42, scale=1.0), draft_rows))
+    exact = exact_joint(tgt, prompt, n_new, vocab)
     counts = torch.zeros_like(exact)
     g = torch.Generator().manual_seed(5)
     drafter = ModelDrafter(drf, branch=3)
+    allowed = torch.ones(vocab, dtype=torch.bool) if target_rows > vocab else None
     for _ in range(samples):
-        out, _ = generate(tgt, prompt, Decoding(n_new, SamplingParams(temperature=1.0), generator=g),
+        out, _ = generate(tgt, prompt, Decoding(n_new, SamplingParams(temperature=1.0, allowed=allowed), generator=g),
                           drafter, k=2)
         counts[tuple(out)] += 1
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4

@@ -52,8 +52,9 @@ class TableLM:
             n += 1
         return n
 
-    def next_probs(self, position: int, token: int) -> torch.Tensor:
-        return torch.softmax(self.table[position, token].double(), -1)
+    def next_probs(self, position: int, token: int, vocab: int | None = None) -> torch.Tensor:
+        """The next token's distribution over the first ``vocab`` ids (default: every row)."""
+        return torch.softmax(self.table[position, token, :vocab].double(), -1)
 
 
 def table(max_len: int, vocab: int, seed: int, scale: float = 1.5) -> torch.Tensor:
@@ -61,16 +62,24 @@ def table(max_len: int, vocab: int, seed: int, scale: float = 1.5) -> torch.Tens
     return torch.randn(max_len, vocab, vocab, generator=g) * scale
 
 
-def exact_joint(target: TableLM, prompt: list[int], n_new: int) -> torch.Tensor:
-    """P(first ``n_new`` generated tokens = xs) under ``target``, for every xs: ``[V] * n_new``."""
+def padded(table: torch.Tensor, rows: int, logit: float = 8.0) -> torch.Tensor:
+    """``table`` with padding columns up to ``rows`` output ids, each at ``logit`` (high: were they
+    allowed, they would take most of the probability)."""
+    pad = torch.full((*table.shape[:-1], rows - table.shape[-1]), logit)
+    return torch.cat([table, pad], dim=-1)
+
+
+def exact_joint(target: TableLM, prompt: list[int], n_new: int, vocab: int | None = None) -> torch.Tensor:
+    """P(first ``n_new`` generated tokens = xs) under ``target`` restricted to its first ``vocab``
+    ids (default: all), for every xs: ``[V] * n_new``."""
     import itertools
 
-    vocab = target.vocab_size
+    vocab = vocab or target.vocab_size
     exact = torch.zeros([vocab] * n_new, dtype=torch.float64)
     for xs in itertools.product(range(vocab), repeat=n_new):
         prob, prev = 1.0, prompt[-1]
         for i, x in enumerate(xs):
-            prob *= float(target.next_probs(len(prompt) - 1 + i, prev)[x])
+            prob *= float(target.next_probs(len(prompt) - 1 + i, prev, vocab)[x])
             prev = x
         exact[xs] = prob
     return exact

@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from specd.engine.budget import DraftBudget
-from specd.engine.sampling import SamplingParams, sample, warp
+from specd.engine.sampling import SamplingParams, restrict, sample, warp
 from specd.models.protocol import CausalLM
 
 
@@ -117,7 +117,9 @@ class ModelDrafter:
         want_top = budget.wants_confidence or self.branch > 1
         while budget.may_draft(tops):  # decided before the forward is paid
             i = len(tokens)
-            logits = model.forward(feed)[-1]  # [V]
+            # [n]: the shared vocabulary, so a draft never proposes a padding row (which the
+            # target, with fewer rows, could not even embed)
+            logits = restrict(model.forward(feed)[-1], params)
             # Stop (and branch) on the draft's confidence at this position (its top probability),
             # decided before sampling: a rule that looked at the sampled token itself would bias
             # which drafts get verified, and the output would no longer follow the target exactly.

@@ -38,27 +38,9 @@ from specd.models.tokenizer import Tokenizer
 # from this module.
 from specd.engine.config import DRAFTERS, TREE, EngineConfig
 from specd.engine.errors import VocabularyMismatch
+from specd.engine.vocabulary import shared_vocabulary
 from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, RequestError
 from specd.schema import ConfigError
-
-def check_vocabularies(target: Tokenizer, draft: Tokenizer, target_model: CausalLM, draft_model: CausalLM) -> None:
-    """Refuse a pair whose token ids do not mean the same thing."""
-    if target_model.vocab_size != draft_model.vocab_size:
-        raise VocabularyMismatch(
-            f"draft and target vocabularies differ: draft has {draft_model.vocab_size} token rows, "
-            f"target {target_model.vocab_size}; pick a draft from the same model family"
-        )
-    tv, dv = target.vocab(), draft.vocab()
-    if tv != dv:
-        only_t = sorted(set(tv.items()) - set(dv.items()), key=lambda x: x[1])[:3]
-        only_d = sorted(set(dv.items()) - set(tv.items()), key=lambda x: x[1])[:3]
-        raise VocabularyMismatch(
-            f"draft and target tokenizers differ ({len(dv)} vs {len(tv)} tokens); e.g. target has "
-            f"{only_t}, draft has {only_d}"
-        )
-
-
-
 
 def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
                  branch: int = 1, branch_below: float = 1.0, window: DraftPrompt | None = None) -> Drafter | None:
@@ -111,8 +93,10 @@ class Engine:
     ) -> None:
         """``costs``: the measured step costs ``k="auto"`` chooses K from (``specd.app`` measures
         or reads them); required when K is auto and there is a drafter."""
-        if draft is not None:
-            check_vocabularies(tokenizer, draft_tokenizer or tokenizer, target, draft)
+        # the ids a completion may hold: the tokenizer's real tokens (a VocabularyMismatch when
+        # the draft's ids mean something else); every model's padding rows are cut off
+        self._allowed = (shared_vocabulary(tokenizer, target.vocab_size, draft_tokenizer or tokenizer, draft.vocab_size)
+                         if draft is not None else shared_vocabulary(tokenizer, target.vocab_size))
         self.target = target
         self.draft = draft
         self.tokenizer = tokenizer
@@ -138,9 +122,6 @@ class Engine:
                 raise ValueError("k='auto' needs the measured step costs: build the engine with "
                                  "specd.app.build_engine, or pass costs")
             self._policy = StructureK(costs, make_classifier(tokenizer), min_prob=config.draft_min_prob)
-        # the ids a completion may contain: the tokenizer's real tokens, not the padding rows
-        self._allowed = torch.zeros(target.vocab_size, dtype=torch.bool)
-        self._allowed[[i for i in tokenizer.real_token_ids() if i < target.vocab_size]] = True
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
         # the draft model's cache follows the prompt unless only n-gram lookup drafts

@@ -32,14 +32,20 @@ from specd.requests import GREEDY_BELOW, MAX_TEMPERATURE, CompletionRequest
 class SamplingParams:
     """How tokens are chosen. ``temperature`` 0 (or below :data:`GREEDY_BELOW`) is greedy.
 
-    ``allowed``: a boolean row ``[V]`` of the token ids that may be produced (the tokenizer's real
-    tokens, not the embedding's padding rows); None allows every row. Draft and target are
-    restricted alike, so the output follows the target's distribution over the allowed ids."""
+    ``allowed``: a boolean row ``[n]`` over the **shared vocabulary**, the ids ``0..n-1`` both
+    models give the same meaning; the ids it marks may be produced (the tokenizer's real tokens,
+    not the embedding's padding rows). Every row at or past ``n`` (a model's padding rows, which
+    draft and target may have in different numbers) is cut off, so draft and target logits come
+    out the same width. None: every row is allowed (the models then have the same row count).
+    Draft and target are restricted alike, so the output follows the target's distribution over
+    the allowed ids."""
 
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
     allowed: torch.Tensor | None = field(default=None, compare=False, repr=False)
+    # every id below len(allowed) is allowed: restricting is a slice, no mask (decided once here)
+    _cut_only: bool = field(default=False, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= MAX_TEMPERATURE:
@@ -48,6 +54,8 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.allowed is not None:
+            object.__setattr__(self, "_cut_only", bool(self.allowed.all()))
 
     @property
     def greedy(self) -> bool:
@@ -60,14 +68,18 @@ def sampling_params(request: CompletionRequest, allowed: torch.Tensor | None = N
 
 
 def restrict(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
-    """Logits ``[..., V]`` with the ids outside ``params.allowed`` at ``-inf`` (unchanged when all
-    are allowed). A model may have more rows than the allowed row covers: those are outside."""
+    """Logits ``[..., V]`` → ``[..., n]``: cut to the shared vocabulary (``n = len(params.allowed)``,
+    a view), the ids it does not allow at ``-inf``; unchanged when ``allowed`` is None. A model
+    with fewer rows than ``n`` keeps its own ``V`` (a caller pairing models sizes ``allowed`` to
+    the smaller: ``specd.engine.vocabulary``)."""
     allowed = params.allowed
     if allowed is None:
         return logits
-    v = logits.shape[-1]
-    keep = allowed[:v] if allowed.numel() >= v else torch.cat([allowed, allowed.new_zeros(v - allowed.numel())])
-    return logits.masked_fill(~keep, float("-inf"))
+    n = min(int(allowed.numel()), logits.shape[-1])
+    logits = logits[..., :n]
+    if params._cut_only:
+        return logits
+    return logits.masked_fill(~allowed[:n], float("-inf"))
 
 
 def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:

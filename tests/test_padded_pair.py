@@ -1,0 +1,119 @@
+"""Draft and target that share a tokenizer pair up whatever their padding (issue #25: Qwen2.5-Coder
+7B+ pads to 152,064 rows, the 0.5B draft to 151,936); a real tokenizer difference is refused with
+a message naming it. Models are written by the tests: tiny GGUF files and Hugging Face directories
+with a BPE vocabulary, their padding rows heavy enough to win if they were ever allowed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from specd.engine.engine import CompletionRequest, Engine, EngineConfig, VocabularyMismatch
+from specd.engine.vocabulary import shared_vocabulary
+from specd.models.loader import LoadedModel, load_model
+from tests.padded_models import REAL, SPECIALS, hf_tokenizer, real_tokens, save_hf_model, write_gguf_model
+from tests.tiny import tiny_decoder
+
+PROMPTS = [("def add(a, b):\n    return ", "\n\nprint(add(1, 2))\n"), ("import os\n\n\ndef main():\n", "")]
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def _load(path: Path) -> LoadedModel:
+    return load_model(str(path), quant="bf16", max_len=512)
+
+
+def _engine(target: LoadedModel, draft: LoadedModel, k: int = 4) -> Engine:
+    return Engine(target.model, target.tokenizer, draft.model, draft.tokenizer, EngineConfig(k=k, max_len=512))
+
+
+def _assert_exact(engine: Engine) -> None:
+    """Greedy speculative text == target-only text; sampled text holds only real tokens."""
+    drafted = 0
+    for prefix, suffix in PROMPTS:
+        spec = engine.complete(CompletionRequest(prefix, suffix, max_tokens=32, mode="spec"))
+        target = engine.complete(CompletionRequest(prefix, suffix, max_tokens=32, mode="target"))
+        assert spec.tokens == target.tokens and spec.text == target.text
+        assert spec.tokens and max(spec.tokens) < REAL, spec.tokens
+        drafted += spec.stats.drafted
+        for seed in range(3):
+            sampled = engine.complete(CompletionRequest(prefix, suffix, max_tokens=24, temperature=1.0, seed=seed))
+            assert sampled.tokens and max(sampled.tokens) < REAL and "[PAD" not in sampled.text
+    assert drafted > 0
+
+
+@pytest.mark.parametrize("target_rows, draft_rows", [(300, 272), (272, 300), (272, 272)])
+def test_padded_gguf_pair_runs_and_matches_target_only(cache: Path, target_rows: int, draft_rows: int) -> None:
+    """The target padded further than the draft (the issue's case), the other way round (a padding
+    row the draft proposed would be past the target's embedding), and equal."""
+    target = _load(write_gguf_model(cache / "target.gguf", target_rows, seed=0))
+    draft = _load(write_gguf_model(cache / "draft.gguf", draft_rows, seed=1))
+    assert (target.model.vocab_size, draft.model.vocab_size) == (target_rows, draft_rows)
+    _assert_exact(_engine(target, draft))
+
+
+def test_gguf_draft_with_a_hugging_face_target(cache: Path) -> None:
+    """A padded Hugging Face directory (tokenizer.json holds only the real tokens) as the target,
+    a GGUF draft whose tokenizer transformers builds from the file (with [PADn] entries)."""
+    target = _load(save_hf_model(cache / "target-hf", rows=320, seed=0))
+    draft = _load(write_gguf_model(cache / "draft.gguf", 272, seed=1))
+    assert target.tokenizer.vocab_size == REAL and draft.tokenizer.vocab_size == 272
+    _assert_exact(_engine(target, draft, k=3))
+
+
+def test_a_different_token_text_is_refused(cache: Path) -> None:
+    target = _load(write_gguf_model(cache / "target.gguf", 300, seed=0))
+    tokens = real_tokens()
+    tokens[100], tokens[101] = tokens[101], tokens[100]
+    draft = _load(write_gguf_model(cache / "draft.gguf", 272, seed=1, tokens=tokens))
+    with pytest.raises(VocabularyMismatch) as err:
+        _engine(target, draft)
+    message = str(err.value)
+    assert "tokenizers differ" in message and "id 100" in message
+    assert repr(tokens[100]) in message and repr(tokens[101]) in message, message
+
+
+def test_a_different_fim_id_is_refused(cache: Path) -> None:
+    target = _load(write_gguf_model(cache / "target.gguf", 300, seed=0))
+    specials = list(SPECIALS)
+    middle, suffix = specials.index("<|fim_middle|>"), specials.index("<|fim_suffix|>")
+    specials[middle], specials[suffix] = specials[suffix], specials[middle]
+    draft = _load(write_gguf_model(cache / "draft.gguf", 300, seed=1, specials=specials))
+    fim_middle = target.tokenizer.token_id("<|fim_middle|>")
+    with pytest.raises(VocabularyMismatch, match=rf"<\|fim_middle\|> is id {fim_middle} in the target and "
+                                                 rf"id {draft.tokenizer.token_id('<|fim_middle|>')} in the draft"):
+        _engine(target, draft)
+
+
+def test_different_merges_are_refused() -> None:
+    model = tiny_decoder(vocab=REAL, hidden=64)
+    with pytest.raises(VocabularyMismatch, match=r"merges differ: the target has 1, the draft 0; at rank 0 the "
+                                                 r"target merges 'Ġ' \+ 't', the draft nothing"):
+        Engine(model, hf_tokenizer(), tiny_decoder(vocab=REAL, hidden=64), hf_tokenizer(merges=[]), EngineConfig())
+
+
+def test_a_model_without_a_row_for_every_real_token_is_refused() -> None:
+    tok = hf_tokenizer()
+    with pytest.raises(VocabularyMismatch, match=rf"the draft has 200 token rows, too few for its tokenizer's "
+                                                 rf"{REAL} real tokens"):
+        Engine(tiny_decoder(vocab=300, hidden=64), tok, tiny_decoder(vocab=200, hidden=64), hf_tokenizer(),
+               EngineConfig())
+
+
+def test_the_shared_vocabulary_is_a_cut_to_the_real_ids() -> None:
+    """Padding rows past the last real id are cut (no mask needed); a [PADn] placeholder inside
+    the tokenizer is masked."""
+    allowed = shared_vocabulary(hf_tokenizer(), 300, hf_tokenizer(), 272)
+    assert allowed.shape == (REAL,) and bool(allowed.all())
+    padded = hf_tokenizer()
+    padded._tok.add_special_tokens(["[PAD266]", "<|extra|>"])  # a placeholder, then a real token
+    allowed = shared_vocabulary(padded, 300)
+    assert allowed.shape == (REAL + 2,) and allowed.tolist() == [True] * REAL + [False, True]
+    assert shared_vocabulary(padded, REAL).shape == (REAL,)  # target alone: ids past its rows are not real to it
+    assert torch.equal(shared_vocabulary(hf_tokenizer(), 272), torch.ones(REAL, dtype=torch.bool))
