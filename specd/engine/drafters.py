@@ -16,7 +16,7 @@ from typing import Protocol
 import torch
 
 from specd.engine.budget import DraftBudget
-from specd.engine.sampling import SamplingParams, restrict, sample, warp
+from specd.engine.sampling import SamplingParams, restrict, sample, warp_restricted
 from specd.models.protocol import CausalLM
 
 
@@ -132,7 +132,7 @@ class ModelDrafter:
                 d = best[0]
                 extra += [(i, t, None) for t in best[1:]]
             else:
-                q = warp(logits, params)
+                q = warp_restricted(logits, params)
                 top = float(q.max())
                 if not budget.keeps(top, i):
                     break

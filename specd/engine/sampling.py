@@ -89,7 +89,13 @@ def warp(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     Applied identically to draft and target, so the output follows the warped target distribution.
     The temperature divides logits shifted so their maximum is 0, which cannot overflow.
     """
-    logits = restrict(logits.float(), params)
+    return warp_restricted(restrict(logits, params), params)
+
+
+def warp_restricted(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+    """:func:`warp` of logits that :func:`restrict` has already cut to the shared vocabulary and
+    masked (the decoding loop restricts each forward's logits once, then warps them)."""
+    logits = logits.float()
     if params.temperature > 0:
         logits = (logits - logits.max(dim=-1, keepdim=True).values) / params.temperature
     if params.top_k and params.top_k < logits.shape[-1]:

@@ -23,7 +23,7 @@ from specd.engine.drafters import Chain, Drafter, Tree
 from specd.engine.policy import FixedK, KPolicy
 from specd.engine.prefill import prefill as prefill_cache
 from specd.engine.results import GenerationStats, Round
-from specd.engine.sampling import SamplingParams, restrict, sample, verify_greedy, verify_stochastic, warp
+from specd.engine.sampling import SamplingParams, restrict, sample, verify_greedy, verify_stochastic, warp_restricted
 from specd.models.protocol import CausalLM
 
 
@@ -116,7 +116,7 @@ def _target_step(target: CausalLM, seq: list[int], decoding: Decoding) -> int:
     logits = restrict(target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1], params)  # [V]
     if params.greedy:
         return int(torch.argmax(logits))
-    return sample(warp(logits, params), decoding.generator)
+    return sample(warp_restricted(logits, params), decoding.generator)
 
 
 def speculative_round(target: CausalLM, drafter: Drafter, seq: list[int], budget: DraftBudget,
@@ -139,7 +139,7 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     if params.greedy:
         verdict = verify_greedy(logits, drafts)
     else:
-        p = warp(logits, params)  # [k+1, V]
+        p = warp_restricted(logits, params)  # [k+1, n]
         q = chain.probs if chain.probs is not None else _one_hot(drafts, p.shape[-1])  # [k, V]
         verdict = verify_stochastic(p, q, drafts, decoding.generator)
     a = verdict.accepted
@@ -163,7 +163,7 @@ def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tre
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
         q = probs if probs is not None else _one_hot(tokens, logits.shape[-1])  # [T, V]
-        verdict = tree.verify_tree_stochastic(warp(logits, params), q, tokens, parents, decoding.generator)
+        verdict = tree.verify_tree_stochastic(warp_restricted(logits, params), q, tokens, parents, decoding.generator)
     path = verdict.path
     target.keep(n, torch.tensor(path, dtype=torch.long))  # cache: seq + the accepted path
     on_chain = 0
