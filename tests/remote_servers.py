@@ -58,9 +58,9 @@ def llama_server(log: Path, model: Path | None = None, extra: tuple[str, ...] = 
 class LlamaCppPythonServer:
     """``python -m llama_cpp.server`` on a free port; ``url`` is its OpenAI base (``.../v1``)."""
 
-    def __init__(self, model: Path, log: Path, extra: tuple[str, ...] = ()) -> None:
-        self.port = free_port()
-        self.log = open(log, "wb")
+    def __init__(self, model: Path, log: Path, extra: tuple[str, ...] = (), port: int | None = None) -> None:
+        self.port = port or free_port()  # a port of its own, or a stopped server's (a restart)
+        self.log = open(log, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).with_name("llama_cpp_server.py")), "--model", str(model), "--host", "127.0.0.1",
              "--port", str(self.port), "--n_ctx", str(CTX), "--n_threads", THREADS, "--n_threads_batch", THREADS, *extra],
@@ -95,13 +95,14 @@ class LlamaCppPythonServer:
         self.log.close()
 
 
-def llama_cpp_python_server(log: Path, model: Path | None = None, extra: tuple[str, ...] = ()) -> LlamaCppPythonServer:
+def llama_cpp_python_server(log: Path, model: Path | None = None, extra: tuple[str, ...] = (),
+                            port: int | None = None) -> LlamaCppPythonServer:
     if importlib.util.find_spec("llama_cpp") is None or importlib.util.find_spec("sse_starlette") is None:
         why = "llama-cpp-python[server] is not installed: pip install -e '.[test]'"
         if in_ci():
             pytest.fail(f"{why}; CI is set, so the remote-backend tests must run")
         pytest.skip(why)
-    return LlamaCppPythonServer(model or draft_gguf(), log, extra).wait_ready()
+    return LlamaCppPythonServer(model or draft_gguf(), log, extra, port).wait_ready()
 
 
 def post(url: str, body: dict, timeout: float = 120) -> dict:

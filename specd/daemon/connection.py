@@ -207,9 +207,16 @@ class Connection:
             stats.failed += 1
             self.send(rpc.error(rid, rpc.RpcError(
                 rpc.INTERNAL_ERROR, f"model failure: {type(outcome.error).__name__}: {outcome.error}"[:2000],
-                {"exception": type(outcome.error).__name__})))
+                {"exception": type(outcome.error).__name__, **_error_data(outcome.error)})))
         if not self.closed:
             try:
                 await self.writer.drain()
             except (ConnectionError, OSError):
                 pass
+
+
+def _error_data(error: BaseException) -> dict[str, Any]:
+    """Facts a failure carries for the client (a remote answer cut short: ``incomplete``, the
+    text already streamed), when it carries any."""
+    data = getattr(error, "data", None)
+    return dict(data) if isinstance(data, dict) else {}

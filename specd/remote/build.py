@@ -28,7 +28,7 @@ def build_remote(config: RemoteConfig, windows: PromptWindows, tokenizer: str, m
     driver: Driver = (LlamaServerDriver(config.remote_max_predict_ms) if spec.driver == "llama-server"
                       else OpenAIDriver(config.remote_model))
     http = HttpClient(spec, HttpSettings(config.remote_connect_timeout_s, config.remote_timeout_s,
-                                         config.remote_retries, config.api_key()))
+                                         config.remote_retries, config.api_key(), config.remote_deadline_s))
     prompt = RemotePrompt(load_tokenizer(config.remote_tokenizer or tokenizer), windows)
     backend = RemoteBackend(driver, http, prompt, max_len)
     try:

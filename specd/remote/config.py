@@ -75,6 +75,10 @@ class RemoteConfig:
     remote_timeout_s: float = setting(30.0, check=_positive, flag="--remote-timeout",
                                       help="seconds the remote server may stay silent (before the first token, "
                                            "between chunks) before the request fails")
+    remote_deadline_s: float = setting(60.0, check=_not_negative, flag="--remote-deadline",
+                                       help="seconds a whole remote request may take, from connecting to its last "
+                                            "token, however the server trickles (0: no limit); past it the request "
+                                            "fails as incomplete and its connection is closed")
     remote_retries: int = setting(1, check=_retries,
                                   help="retries of a request that found the server unreachable (before any "
                                        "answer; never after text has streamed)")

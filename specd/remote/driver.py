@@ -25,6 +25,13 @@ class Chunk:
 class Driver(Protocol):
     name: str
     path: str  # the completion endpoint, under the server's base URL
+    end_marker: str  # what ends a complete streamed answer, in words (for errors)
+
+    def ended(self, final: bool, how: str | None) -> bool:
+        """Whether a streamed answer ended as the server ends a complete one: ``final``, a chunk
+        with a ``stop_reason`` was seen; ``how``, how the body ended (:attr:`Response.ended`:
+        ``done``, ``json`` or ``eof``)."""
+        ...
 
     def body(self, request: CompletionRequest, prompt: RemotePrompt, stream: bool = True) -> dict[str, Any]:
         """The request body for ``request``."""

@@ -19,6 +19,7 @@ STOP_TYPES = {"eos": "stop_token", "limit": "max_tokens", "word": "stop_string"}
 class LlamaServerDriver:
     name = "llama-server"
     path = "/infill"
+    end_marker = "a final event with stop: true"
 
     def __init__(self, max_predict_ms: int = 0) -> None:
         self.max_predict_ms = max_predict_ms
@@ -53,6 +54,9 @@ class LlamaServerDriver:
                      prompt_tokens=optional_int(event, "tokens_evaluated") or optional_int(timings, "prompt_n"),
                      cached_tokens=optional_int(timings, "cache_n"),
                      new_tokens=optional_int(event, "tokens_predicted") or optional_int(timings, "predicted_n"))
+
+    def ended(self, final: bool, how: str | None) -> bool:
+        return final  # the last event of every answer, streamed or not, has stop: true
 
     def prompt_tokens(self, request: CompletionRequest, prompt: RemotePrompt) -> int | None:
         return None  # the server lays the prompt out (and reports its length)

@@ -27,6 +27,7 @@ FINISH = {"stop": "stop_token", "length": "max_tokens"}
 class OpenAIDriver:
     name = "openai"
     path = "/completions"
+    end_marker = "a finish_reason, then data: [DONE]"
 
     def __init__(self, model: str | None = None) -> None:
         self.model = model  # None until check() asks the server for its first model
@@ -74,6 +75,11 @@ class OpenAIDriver:
         return Chunk(chunk.text, chunk.stop_reason, optional_int(usage, "prompt_tokens"),
                      optional_int(details, "cached_tokens") if isinstance(details, dict) else None,
                      optional_int(usage, "completion_tokens"))
+
+    def ended(self, final: bool, how: str | None) -> bool:
+        # a stream ends with data: [DONE] after the choice's finish_reason; a plain JSON answer
+        # (a server that does not stream) was read whole and holds its finish_reason
+        return final and how in ("done", "json")
 
     def prompt_tokens(self, request: CompletionRequest, prompt: RemotePrompt) -> int | None:
         return len(prompt.builder.build(request.prefix, request.suffix, request.context))
