@@ -117,3 +117,64 @@ def test_the_shared_vocabulary_is_a_cut_to_the_real_ids() -> None:
     assert allowed.shape == (REAL + 2,) and allowed.tolist() == [True] * REAL + [False, True]
     assert shared_vocabulary(padded, REAL).shape == (REAL,)  # target alone: ids past its rows are not real to it
     assert torch.equal(shared_vocabulary(hf_tokenizer(), 272), torch.ones(REAL, dtype=torch.bool))
+
+
+class _PaddedRows:
+    """A real model seen with ``extra`` more output rows, as Qwen2.5-Coder 7B+ has over the 1.5B
+    (152,064 vs 151,936): each padding logit is above the row's maximum, so it would win every
+    argmax if it were ever allowed. Everything else is the model's own."""
+
+    def __init__(self, model, extra: int) -> None:
+        self._model, self._extra = model, extra
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._model.vocab_size + self._extra
+
+    @property
+    def max_len(self) -> int:
+        return self._model.max_len
+
+    @property
+    def cache_len(self) -> int:
+        return self._model.cache_len
+
+    def forward(self, tokens, positions=None, attn_mask=None, *, logits=True):
+        out = self._model.forward(tokens, positions, attn_mask, logits=logits)
+        if not logits or out.shape[-1] == 0:
+            return out
+        pad = out.max(dim=-1, keepdim=True).values + 10.0
+        return torch.cat([out, pad.expand(*out.shape[:-1], self._extra)], dim=-1)
+
+
+@pytest.mark.real_models
+def test_the_real_pair_with_the_target_padded_as_7b(real_engine) -> None:
+    """The pulled 1.5B target seen as the 7B is (128 more rows, its tokenizer with 128 more [PADn]
+    entries) beside the 0.5B draft: accepted (the old check refused exactly this: "draft has
+    151936 token rows, target 152064"), and greedy speculative text == target-only text."""
+    import dataclasses
+
+    from specd.models.tokenizer import Tokenizer
+
+    base = real_engine.tokenizer
+    rows = real_engine.target.vocab_size
+    from tokenizers import Tokenizer as HFTokenizer
+
+    inner = HFTokenizer.from_str(base._tok.to_str())
+    inner.add_special_tokens([f"[PAD{rows + i}]" for i in range(128)])
+    padded_tok = Tokenizer(inner)
+    assert padded_tok.vocab_size == 152_064 and not padded_tok.identical(base)
+    target = _PaddedRows(real_engine.target, 128)
+    assert target.vocab_size == 152_064 and real_engine.draft.vocab_size == 151_936
+    engine = Engine(target, padded_tok, real_engine.draft, base, dataclasses.replace(real_engine.config, k=4))
+    real = len(base.real_token_ids())
+    for prefix, suffix in (("def fibonacci(n):\n    ", "\n\nprint(fibonacci(10))\n"),
+                           ("import argparse\n\n\ndef parse_args():\n    parser = argparse.ArgumentParser()\n", "")):
+        spec = engine.complete(CompletionRequest(prefix, suffix, max_tokens=24, mode="spec"))
+        plain = engine.complete(CompletionRequest(prefix, suffix, max_tokens=24, mode="target"))
+        assert spec.tokens == plain.tokens and spec.text.strip()
+        assert max(spec.tokens) < real and spec.stats.accepted > 0
+    engine.reset()
