@@ -18,6 +18,8 @@ import torch
 from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, measure_costs
+from specd.models import q8
+from specd.models.footprint import Footprint, NotEnoughMemory, available_memory, estimate
 from specd.models.loader import load_model, resolve
 from specd.models.protocol import CausalLM
 from specd.models.pull import gguf_path
@@ -32,6 +34,7 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
     """Load the configured pair and hand back a ready engine (costs measured or read for K auto)."""
     if config.threads > 0:
         torch.set_num_threads(config.threads)
+    check_memory(config)
     target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
                         backend=config.target_backend, threads=config.threads)
     draft = None
@@ -48,6 +51,47 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
         costs = step_costs(config, target.model, draft_model)
     return Engine(target.model, target.tokenizer, draft_model, draft.tokenizer if draft else None, config,
                   costs=costs)
+
+
+def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
+    """(role, estimated footprint) of each model ``config`` loads, read from disk before loading."""
+    kernels = q8.unavailable() is None
+    out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
+                                kernels and config.target_backend != "ort"))]
+    if config.draft and config.drafter != "ngram":
+        out.append(("draft", estimate(config.draft, config.draft_quant, config.max_len, config.device,
+                                      config.draft_head_vocab, kernels)))
+    return out
+
+
+def check_memory(config: EngineConfig, available: tuple[int, str] | None = None) -> None:
+    """Before anything is loaded: a ``NotEnoughMemory`` naming the numbers when the models' weights,
+    their KV caches and the prefix cache's budget exceed the memory available (``available``:
+    bytes and where the number comes from; default: :func:`available_memory`). Nothing is checked
+    on a GPU, or where a footprint or the available memory cannot be known before loading."""
+    if config.device != "cpu":
+        return
+    available = available or available_memory()
+    models = footprints(config)
+    if available is None or any(f is None for _, f in models):
+        return
+    have, where = available
+    prefix = config.prefix_cache_mb << 20
+    need = sum(f.total for _, f in models if f is not None) + prefix
+    if need <= have:
+        return
+    parts = [f"the {role} {f.name} ({f.quant}) needs {_gib(f.total)} ({_gib(f.weight_bytes)} of weights + "
+             f"{_gib(f.kv_cache_bytes)} of KV cache at max_len {config.max_len})" for role, f in models if f is not None]
+    if prefix:
+        parts.append(f"the prefix cache up to {_gib(prefix)} (prefix_cache_mb {config.prefix_cache_mb})")
+    raise NotEnoughMemory(
+        f"not enough memory to load the models: {'; '.join(parts)}: about {_gib(need)} in all, but "
+        f"{_gib(have)} is available ({where}); lower max_len or prefix_cache_mb, pick a smaller quant mode "
+        f"or model, or free memory")
+
+
+def _gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
 
 
 def model_directory(spec: str) -> Path:
