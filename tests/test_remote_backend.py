@@ -261,3 +261,32 @@ def test_the_api_key_reaches_the_server_and_is_never_shown(tmp_path) -> None:
         assert key not in json.dumps(health) and key not in keyed.output()
     finally:
         server.stop()
+
+
+def test_warms_land_where_the_completions_go_on_a_multi_slot_llama_server(tmp_path) -> None:
+    """llama-server with several slots: a ``warm`` carries no ``id_slot``, and llama-server puts
+    the completion that follows in the slot whose cached prompt shares the longest prefix with it
+    (its LCP-similarity slot choice), so each session's completion reuses its own warm even when
+    the sessions' warms and completions interleave. (Pinning sessions to slots with ``id_slot``
+    gains nothing here, and each developer's daemon pinning on its own would queue developers
+    behind one another's slot while others idle.)"""
+    server = llama_server(tmp_path / "server.log", extra=("-np", "3"))
+    try:
+        daemon = RemoteDaemon(short_dir() / "s.sock", f"llama-server:{server.url}").wait_ready()
+        try:
+            files = ["".join(f"def f{i}_{j}(x):\n    return x * {j} + {i}\n\n" for j in range(12)) for i in range(3)]
+            with daemon.client() as c:
+                warmed = [c.call("warm", {"prefix": f"# module {i}\n" + text, "session": f"s{i}"})["tokens"]
+                          for i, text in enumerate(files)]
+                outs = [c.call("complete", {"prefix": f"# module {i}\n" + text + "def", "max_tokens": 4,
+                                            "session": f"s{i}"})["stats"] for i, text in enumerate(files)]
+            slots = get(server.url + "/slots")
+        finally:
+            assert daemon.stop() == 0, daemon.output()
+    finally:
+        server.stop()
+    assert len(slots) == 3
+    for tokens, stats in zip(warmed, outs):
+        assert tokens > 100
+        # all of the warmed prompt but its last token or two (the typed "def" changes the tail)
+        assert stats["prefill_reused"] >= tokens - 4, (warmed, outs)

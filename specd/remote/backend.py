@@ -31,7 +31,7 @@ from specd.engine.results import Completion, GenerationStats
 from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
 from specd.remote.driver import Chunk, Driver
-from specd.remote.errors import CannotConnect, IncompleteAnswer, RemoteError, StreamBroken
+from specd.remote.errors import CannotConnect, IncompleteAnswer, RemoteError, RemoteUnreachable, StreamBroken
 from specd.remote.http import Cancel, HttpClient, HttpSettings, Response, error_message
 from specd.remote.prompt import RemotePrompt
 from specd.requests import Cancelled, CompletionRequest
@@ -87,13 +87,14 @@ class RemoteBackend:
             return out
 
     def _refresh(self) -> None:
-        """Check the server; while it cannot be connected to, again every ``PROBE_S``."""
+        """Check the server; while it cannot be reached, or answers "not now" (a loading
+        llama-server's 503, a proxy's 502), again every ``PROBE_S`` until it answers."""
         try:
             while True:
                 try:
                     self.check(timeout_s=HEALTH_TIMEOUT_S)
-                except CannotConnect:
-                    time.sleep(PROBE_S)  # check() recorded it; still down
+                except RemoteUnreachable:
+                    time.sleep(PROBE_S)  # check() recorded it; not back yet
                     continue
                 except RemoteError:
                     pass  # check() recorded it
