@@ -113,7 +113,7 @@ def _prefill(target: CausalLM, drafter: Drafter | None, prompt: list[int]) -> in
 
 def _target_step(target: CausalLM, seq: list[int], decoding: Decoding) -> int:
     params = decoding.params
-    logits = restrict(target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1], params)  # [V]
+    logits = restrict(target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1], params)  # [n]: the shared vocabulary
     if params.greedy:
         return int(torch.argmax(logits))
     return sample(warp_restricted(logits, params), decoding.generator)
@@ -135,7 +135,7 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     params = decoding.params
     drafts = chain.tokens  # [k]
     k, n = len(chain), len(seq)
-    logits = restrict(target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts])), params)  # [k+1, V]
+    logits = restrict(target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts])), params)  # [k+1, n]
     if params.greedy:
         verdict = verify_greedy(logits, drafts)
     else:
@@ -158,7 +158,7 @@ def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tre
     t = int(tokens.numel())
     positions = (n - 1) + torch.tensor([0] + tree.depths(parents))  # [T+1]
     feed = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])  # [T+1]
-    logits = restrict(target.forward(feed, positions, tree.attention_mask(parents)), params)  # [T+1, V]
+    logits = restrict(target.forward(feed, positions, tree.attention_mask(parents)), params)  # [T+1, n]
     if params.greedy:
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
