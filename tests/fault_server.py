@@ -19,11 +19,17 @@ fault tests (``tests/test_remote_faults.py``): it speaks enough of llama-server'
 ``GET /fault/log`` lists what each request did (its mode, tokens sent, and how it ended: ``done``,
 ``faulted``, or ``client-closed`` when the client hung up, i.e. the server would stop generating).
 
-Run: ``python tests/fault_server.py PORT``; it prints ``ready`` once listening.
+With ``--upstream URL`` it is a proxy in front of a real inference server instead: every request
+goes to the server, and the events of a completion carrying a marker are the server's own until the
+fault (``trickle`` delays each of them by ``TRICKLE_S``); at the fault the proxy hangs up on the
+server, which stops generating.
+
+Run: ``python tests/fault_server.py PORT [--upstream URL]``; it prints ``ready`` once listening.
 """
 
 from __future__ import annotations
 
+import http.client
 import http.server
 import json
 import re
@@ -43,6 +49,7 @@ _MODE = re.compile(r"FAULT=([a-z-]+)")
 
 LOG: list[dict] = []
 LOG_LOCK = threading.Lock()
+UPSTREAM: tuple[str, int] | None = None  # (host, port) of the real server behind, in proxy mode
 
 
 def _token(i: int) -> str:
@@ -59,6 +66,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def _body(self) -> dict:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
+        self.raw = raw
         try:
             return json.loads(raw) if raw else {}
         except ValueError:
@@ -106,8 +114,27 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.close_connection = True
 
     # -- routes ---------------------------------------------------------------------------------
+    def _upstream(self, body: bytes | None) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        assert UPSTREAM is not None
+        conn = http.client.HTTPConnection(*UPSTREAM, timeout=600)
+        headers = {k: v for k, v in self.headers.items() if k.lower() in ("content-type", "accept", "authorization")}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        return conn, conn.getresponse()
+
+    def _relay_whole(self, body: bytes | None) -> None:
+        conn, resp = self._upstream(body)
+        data = resp.read()
+        conn.close()
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.getheader("Content-Type") or "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
     def do_GET(self) -> None:
-        if self.path == "/health":
+        if UPSTREAM is not None and self.path != "/fault/log":
+            self._relay_whole(None)
+        elif self.path == "/health":
             self._json({"status": "ok"})
         elif self.path == "/props":
             self._json({"default_generation_settings": {"n_ctx": 4096}, "model_path": f"/models/{MODEL}.gguf"})
@@ -140,6 +167,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             entry["end"] = "faulted"
             self._drop()
             return
+        if UPSTREAM is not None:
+            self._relay(api, mode, entry, bool(body.get("stream")))
+            return
         if not body.get("stream"):
             self._whole(api, prompt, limit, entry)
             return
@@ -165,6 +195,44 @@ class Handler(http.server.BaseHTTPRequestHandler):
             entry["end"] = "done"
         except OSError:
             entry["end"] = "client-closed"
+
+    def _relay(self, api: str, mode: str, entry: dict, stream: bool) -> None:
+        """The real server's answer, its events passed on one by one until the fault."""
+        if not stream:
+            entry["end"] = "done"
+            self._relay_whole(self.raw)
+            return
+        conn, resp = self._upstream(self.raw)
+        self.send_response(resp.status)
+        self.send_header("Content-Type", resp.getheader("Content-Type") or "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        event = b""
+        try:
+            while True:
+                line = resp.readline()
+                if not line:
+                    break
+                event += line
+                if line.strip():
+                    continue
+                if mode not in ("ok", "trickle") and entry["tokens"] == FAULTED_AFTER:
+                    conn.close()  # the real server stops generating
+                    self._fault(mode, api, entry)
+                    return
+                if mode == "trickle" and entry["tokens"] and self._client_gone(TRICKLE_S):
+                    entry["end"] = "client-closed"
+                    return
+                self._chunk(event)
+                if event.startswith(b"data: ") and b"[DONE]" not in event:
+                    entry["tokens"] += 1
+                event = b""
+            self._end_body()
+            entry["end"] = "done"
+        except OSError:
+            entry["end"] = "client-closed"
+        finally:
+            conn.close()
 
     def _fault(self, mode: str, api: str, entry: dict) -> None:
         entry["end"] = "faulted"
@@ -225,7 +293,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
 
 
 def main() -> None:
+    global UPSTREAM
     port = int(sys.argv[1])
+    if len(sys.argv) > 3 and sys.argv[2] == "--upstream":
+        host_port = sys.argv[3].split("://", 1)[-1].split("/", 1)[0]
+        host, _, up_port = host_port.partition(":")
+        UPSTREAM = (host, int(up_port or 80))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
     server.daemon_threads = True
     print("ready", flush=True)

@@ -40,16 +40,19 @@ HEALTHY_TEXT = "01234567"  # the fault server's eight tokens
 
 
 class FaultServer:
-    """``tests/fault_server.py`` as a process on a loopback port; ``kill`` and ``start`` again
-    keep the port (a server that dies and comes back)."""
+    """``tests/fault_server.py`` as a process on a loopback port (a proxy in front of the real
+    server at ``upstream``, when given); ``kill`` and ``start`` again keep the port (a server that
+    dies and comes back)."""
 
-    def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
+    def __init__(self, upstream: str | None = None) -> None:
+        self.port = free_port()
+        self.upstream = upstream
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "FaultServer":
-        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fault_server.py")), str(self.port)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        extra = ["--upstream", self.upstream] if self.upstream else []
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("fault_server.py")), str(self.port),
+                                      *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.strip() == "ready", line + self.proc.stdout.read()
@@ -361,3 +364,86 @@ def test_a_real_server_killed_mid_stream_is_an_incomplete_error_not_a_suggestion
     finally:
         assert d.stop() == 0, d.output()
         server.stop()
+
+
+# -- the same faults with a real inference server behind them -------------------------------------
+REAL_READ_TIMEOUT_S = 5
+REAL_DEADLINE_S = 8
+REAL_FAULTS = [  # the fault, and what the error says (a real server's events may carry no text)
+    ("cut", r"the server closed the stream after \d+ tokens"),
+    ("garbage", r"malformed JSON.*oops.*, after \d+ tokens had streamed"),
+    ("stall", rf"no answer for {REAL_READ_TIMEOUT_S} s .*, after \d+ tokens had streamed"),
+    ("trickle", rf"no complete answer within {REAL_DEADLINE_S} s, the request's deadline"),
+    ("headers", r"the connection broke before an answer.*after 2 attempts"),
+]
+
+
+@pytest.fixture(scope="module", params=REAL)
+def behind_proxy(request, tmp_path_factory):
+    """A real server, the fault proxy in front of it, and a daemon in front of the proxy."""
+    driver, _, where = request.param.partition("@")
+    where = where or "llama-server"
+    server = _start_real(where, tmp_path_factory.mktemp("real") / "server.log")
+    proxy = FaultServer(upstream=server.url.removesuffix("/v1")).start()
+    base = proxy.url + ("/v1" if driver == "openai" else "")
+    d = RemoteDaemon(short_dir() / "s.sock", f"{driver}:{base}", "--remote-timeout", str(REAL_READ_TIMEOUT_S),
+                     "--remote-deadline", str(REAL_DEADLINE_S), "--remote-retries", "1").wait_ready()
+    d.server, d.proxy, d.sent = server, proxy, 0  # type: ignore[attr-defined]
+    yield d
+    try:
+        requests = d.stats()["requests"]
+        assert sum(requests[k] for k in ("served", "warmed", "failed", "cancelled", "rejected")) == d.sent, requests
+        assert requests["queued"] == requests["running"] == 0, requests
+        assert d.stop() == 0, d.output()
+    finally:
+        proxy.stop()
+        server.stop()
+
+
+@pytest.mark.parametrize("mode,said", REAL_FAULTS, ids=[f[0] for f in REAL_FAULTS])
+def test_a_real_servers_stream_faulted_mid_way_is_one_incomplete_error(behind_proxy, mode: str, said: str) -> None:
+    d = behind_proxy
+    healthy_prompt = {"prefix": "def add(a, b):\n    ", "max_tokens": 8}
+    with d.client() as faulty, d.client() as other:
+        seen = len(d.proxy.log())
+        send(faulty, 1, "complete", {"prefix": f"# FAULT={mode}\nx = [1, 2, 3, 4, 5, 6, 7, 8", "max_tokens": 200,
+                                     "stream": True, "session": "faulty"})
+        wait_for(lambda: any(e["mode"] == mode for e in d.proxy.log()[seen:]), "the faulty request to reach the proxy",
+                 timeout=BOUND_S)
+        send(other, 1, "complete", {**healthy_prompt, "session": "healthy"})
+        d.sent += 2
+        deltas, answer = one_answer(faulty, 1, 2)
+        _, healthy = one_answer(other, 1, 2)
+    error = answer.get("error")
+    assert error is not None, f"a faulted stream was answered as a suggestion: {answer}"
+    assert error["code"] == -32603 and re.search(said, error["message"]), error
+    if mode != "headers":
+        assert "the answer is incomplete" in error["message"]
+        assert error["data"]["incomplete"] is True and error["data"]["streamed_text"] == "".join(deltas)
+    assert isinstance(healthy["result"]["text"], str) and healthy["result"]["stats"]["mode"] == "remote", healthy
+
+
+def test_a_real_server_stopped_mid_stream_times_out_and_serves_on_when_it_resumes(behind_proxy) -> None:
+    """The server process itself stalls (SIGSTOP): the per-read timeout ends the request."""
+    d = behind_proxy
+    with d.client() as c:
+        send(c, 1, "complete", {"prefix": COUNTING, "max_tokens": 400, "stream": True})
+        d.sent += 1
+        while True:
+            msg = c.read_message()
+            assert msg.get("id") != 1, f"the request ended before streaming: {msg}"
+            if msg.get("method") == "complete/delta":
+                break
+        os.kill(d.server.proc.pid, signal.SIGSTOP)
+        try:
+            _, answer = one_answer(c, 1, 2)
+        finally:
+            os.kill(d.server.proc.pid, signal.SIGCONT)
+        out = c.call("complete", {"prefix": "def add(a, b):\n    ", "max_tokens": 8})
+        d.sent += 1
+    error = answer["error"]
+    # the read timeout ends it, or the deadline where the prompt's processing took the difference
+    assert error["code"] == -32603 and re.search(rf"no answer for {REAL_READ_TIMEOUT_S} s|no complete answer within "
+                                                 rf"{REAL_DEADLINE_S} s", error["message"]), error
+    assert error["data"]["incomplete"] is True
+    assert out["stats"]["mode"] == "remote"
