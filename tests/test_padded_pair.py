@@ -58,6 +58,17 @@ def test_padded_gguf_pair_runs_and_matches_target_only(cache: Path, target_rows:
     _assert_exact(_engine(target, draft))
 
 
+def test_padded_pair_in_the_default_modes(cache: Path) -> None:
+    """The target on the GGUF kernels (quant mode gguf), the draft in INT4: the same."""
+    from specd.models import q8
+
+    if q8.unavailable() is not None:
+        pytest.skip(str(q8.unavailable()))
+    target = load_model(str(write_gguf_model(cache / "target.gguf", 300, seed=0)), quant="gguf", max_len=512)
+    draft = load_model(str(write_gguf_model(cache / "draft.gguf", 272, seed=1)), quant="int4", max_len=512)
+    _assert_exact(_engine(target, draft))
+
+
 def test_gguf_draft_with_a_hugging_face_target(cache: Path) -> None:
     """A padded Hugging Face directory (tokenizer.json holds only the real tokens) as the target,
     a GGUF draft whose tokenizer transformers builds from the file (with [PADn] entries)."""
