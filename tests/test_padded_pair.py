@@ -189,3 +189,21 @@ def test_the_real_pair_with_the_target_padded_as_7b(real_engine) -> None:
         assert spec.tokens == plain.tokens and spec.text.strip()
         assert max(spec.tokens) < real and spec.stats.accepted > 0
     engine.reset()
+
+
+def test_the_daemon_names_the_difference_and_exits(cache: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``specd serve`` with a draft whose token text differs: one error line naming it, exit 2."""
+    from specd.cli import main
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(cache / "no-config"))
+    target = write_gguf_model(cache / "target.gguf", 300, seed=0)
+    tokens = real_tokens()
+    tokens[100], tokens[101] = tokens[101], tokens[100]
+    draft = write_gguf_model(cache / "draft.gguf", 272, seed=1, tokens=tokens)
+    args = ["serve", "--socket", str(cache / "specd.sock"), "--target", str(target), "--target-quant", "bf16",
+            "--draft-quant", "bf16", "--max-len", "512", "--k", "2"]
+    assert main([*args, "--draft", str(draft)]) == 2
+    err = capsys.readouterr().err
+    assert f"specd: error: draft and target tokenizers differ: the draft has {REAL} real tokens, the target {REAL}; " \
+           f"id 100 is {tokens[100]!r} in the draft and {tokens[101]!r} in the target" in err, err
