@@ -4,8 +4,8 @@ may hold.
 A model's embedding and output head often have more rows than its tokenizer has tokens (padding:
 Qwen2.5-Coder 0.5B-3B have 151,936 rows, 7B and larger 152,064, for the same 151,665 tokens; GGUF
 conversions name the padding rows ``[PADn]``). What makes two models a pair is the tokenizer, not
-the row count: the same model type, merges and pipeline, the same text for every real id, the same
-control-token ids (FIM, end of text). Padding rows mean nothing, so they are never drafted,
+the row count: the same text for every real id, the same control-token ids (FIM, end of text),
+the same tokenizer model and merges. Padding rows mean nothing, so they are never drafted,
 accepted or sampled: the allowed row covers ids ``0 .. n-1``, ``n`` the last real id + 1, and
 sampling cuts every model's logits to those ``n`` columns (``specd.engine.sampling.restrict``, a
 slice), whatever each model's padding. (llama.cpp pairs models the same way, by token text, with a
