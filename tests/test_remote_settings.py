@@ -84,3 +84,14 @@ def test_the_readme_shared_server_config_reads() -> None:
     block = section.split("```toml\n", 1)[1].split("```", 1)[0]
     remote = daemon_config(tomllib.loads(block)["daemon"], {}).remote
     assert remote.spec is not None and remote.spec.driver == "openai" and remote.remote_model == "qwen-coder"
+
+
+def test_the_deadline_is_one_setting_with_a_flag_and_zero_turns_it_off() -> None:
+    p = argparse.ArgumentParser()
+    add_daemon_flags(p)
+    from_flags = daemon_config({}, flag_values(p.parse_args(["--remote-deadline", "12.5"]), DaemonConfig)).remote
+    from_file = daemon_config({"remote_deadline_s": 12.5}, {}).remote
+    assert from_flags == from_file and from_file.remote_deadline_s == 12.5
+    assert RemoteConfig().remote_deadline_s == 60.0 and daemon_config({"remote_deadline_s": 0}, {}).remote.remote_deadline_s == 0
+    with pytest.raises(ConfigError, match=r"remote_deadline_s: must be >= 0"):
+        daemon_config({"remote_deadline_s": -1}, {})

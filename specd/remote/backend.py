@@ -189,6 +189,8 @@ class RemoteBackend:
                                 break  # leaving the block closes the connection: the server stops
                         if cancelled is not None and cancelled():
                             raise Cancelled()
+                        if final and self.driver.ended(final, None):
+                            break  # the server's last event (llama-server's stop: true): complete
                 except RemoteError as e:  # the answer had started: what streamed is all there is
                     raise _incomplete(response, e, len(pieces), "".join(streamed)) from None
                 if not cut and not self.driver.ended(final, response.ended):

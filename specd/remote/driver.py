@@ -30,7 +30,8 @@ class Driver(Protocol):
     def ended(self, final: bool, how: str | None) -> bool:
         """Whether a streamed answer ended as the server ends a complete one: ``final``, a chunk
         with a ``stop_reason`` was seen; ``how``, how the body ended (:attr:`Response.ended`:
-        ``done``, ``json`` or ``eof``)."""
+        ``done``, ``json`` or ``eof``; None while it is still being read: True then means the
+        answer is complete whatever follows)."""
         ...
 
     def body(self, request: CompletionRequest, prompt: RemotePrompt, stream: bool = True) -> dict[str, Any]:
