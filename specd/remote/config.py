@@ -78,7 +78,8 @@ class RemoteConfig:
     remote_deadline_s: float = setting(60.0, check=_not_negative, flag="--remote-deadline",
                                        help="seconds a whole remote request may take, from connecting to its last "
                                             "token, however the server trickles (0: no limit); past it the request "
-                                            "fails as incomplete and its connection is closed")
+                                            "fails (an incomplete answer, once text has streamed) and its connection "
+                                            "is closed")
     remote_retries: int = setting(1, check=_retries,
                                   help="retries of a request that found the server unreachable (before any "
                                        "answer; never after text has streamed)")
