@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
@@ -131,14 +131,24 @@ def repacks_here() -> bool:
         return int(kernel.lib.gg_simd()) >= 2
 
 
-def repack_blocks(qtype: int, raw: torch.Tensor, k: int) -> tuple[int, torch.Tensor]:
+# where repacked weights are written: ``alloc(nbytes)`` -> a new uint8 tensor (default torch.empty;
+# GgufLinearFactory passes its model's huge-page arena)
+Alloc = Callable[[int], torch.Tensor]
+
+
+def _torch_alloc(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_alloc) -> tuple[int, torch.Tensor]:
     """(kernel type, weight bytes) a part runs with: a K-quant tensor of whole groups of 16 rows
-    in specd's repacked layout (a new uint8 tensor of the same size per row, the same values:
-    ``unrepack_blocks`` gives the GGUF bytes back), anything else as stored."""
+    in specd's repacked layout (a new uint8 tensor of the same size per row from ``alloc``, the same
+    values: ``unrepack_blocks`` gives the GGUF bytes back), anything else as stored."""
     if qtype not in K_QUANTS or raw.shape[0] % X16_ROWS:
         return qtype, raw
     lib = q8.kernel().lib
-    out = torch.empty(raw.shape[0], int(lib.gg_row_bytes(qtype | X16, k)), dtype=torch.uint8)
+    rb = int(lib.gg_row_bytes(qtype | X16, k))
+    out = alloc(raw.shape[0] * rb).view(raw.shape[0], rb)
     if lib.gg_repack(qtype, raw.data_ptr(), raw.shape[0], k, out.data_ptr()) != 0:
         raise ModelError(f"the kernels refused to repack a {type_name(qtype)} weight {list(raw.shape)} of width {k}")
     return qtype | X16, out
@@ -163,11 +173,13 @@ class GgufLinear:
     interleaved layout (``repack_blocks``), which the AVX2 and AVX-512 kernels run for every number of rows
     (one token, a verification, a prefill) with the same bits as the GGUF layout; the parts keep
     their GGUF views (``parts``, for ``reference`` and ``dequantize``), which the caller may let the
-    OS drop from memory (``GgufFile.release``)."""
+    OS drop from memory (``GgufFile.release``). ``alloc`` gives the repacked copies their memory
+    (``GgufLinearFactory``: a huge-page arena, ``specd.models.hugepages``)."""
 
     bits = 0  # specd.models.q8layer's weight kind: part tables (kernel_abi.h gg_parts)
 
-    def __init__(self, parts: Sequence[GgufPart], in_features: int, repack: bool | None = None) -> None:
+    def __init__(self, parts: Sequence[GgufPart], in_features: int, repack: bool | None = None,
+                 alloc: Alloc = _torch_alloc) -> None:
         if not parts:
             raise ModelError("a GGUF linear layer needs at least one weight tensor")
         for p in parts:
@@ -179,7 +191,8 @@ class GgufLinear:
         if repack is None:
             repack = repacks_here()
         # per part the kernel type and the bytes it runs (repacked, or the GGUF view itself)
-        self.run = [repack_blocks(p.qtype, p.raw, in_features) if repack else (p.qtype, p.raw) for p in self.parts]
+        self.run = [repack_blocks(p.qtype, p.raw, in_features, alloc) if repack else (p.qtype, p.raw)
+                    for p in self.parts]
         # the part table the C side reads (gg_linear_parts, the fused layer's weights argument):
         # int64 [count, (type, rows, address) per part]; the tensors stay referenced in self.run
         self.packed = torch.tensor([len(self.run)] + [v for t, w in self.run

@@ -1,0 +1,202 @@
+#!/usr/bin/env python
+"""Decode speed through the daemon, side by side with llama-server, like with like.
+
+Both systems serve the same target GGUF (specd's daemon over its socket, llama-server with
+llama.vscode's CPU settings over ``/infill``); for each task (``bench/race_tasks.py`` JSONL, editor
+contexts) every system first has the prompt cached (specd ``warm``, llama-server an ``/infill``
+of ``n_predict`` 0 with ``cache_prompt``), then answers it greedily at two lengths, SHORT and LONG
+new tokens, requests alternating between the systems. Per system and task:
+
+    decode ms/token = (wall(LONG) - wall(SHORT)) / (tokens(LONG) - tokens(SHORT))
+
+the slope of the client's wall time over new tokens: what a user waits per token, with whatever
+each server does per request (prompt lookup, the first token from the prompt's logits, response)
+cancelled out, so both count alike. That per-request rest is reported beside it:
+``overhead = wall(SHORT) - SHORT tokens x slope``. A task counts only where both lengths ran
+at least MIN_SPAN tokens further in every mode (an answer that ends early, at end-of-text, leaves
+too few tokens to time). specd's continuation cache (a repeated
+greedy prompt gets its last answer as free drafts) is defeated before every timed speculative
+request by an untimed one-token request with another suffix, so speculation earns its tokens.
+
+Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llama-server target).
+Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
+of medians the issue's goals name. Run it alone on the machine (no other heavy job):
+
+    python bench/decode_race.py /tmp/race-test.jsonl --out bench/out/decode-race.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from specd.bench.llamacpp_bin import LlamaServer, find_binaries, infill_body
+from specd.daemon.client import Client
+from specd.models.pull import gguf_path
+from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+
+MODES = ("spec", "target", "llama")
+MIN_SPAN = 16  # tokens between the two lengths for a task to count
+
+
+def cpu_model() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def cpu_flags() -> str:
+    want = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "avx_vnni")
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                have = set(line.split(":", 1)[1].split())
+                return " ".join(f for f in want if f in have)
+    except OSError:
+        pass
+    return ""
+
+
+def quantile(v: list[float], p: float) -> float:
+    v = sorted(v)
+    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
+
+
+class Specd:
+    """``specd serve`` as a subprocess on a temporary socket, and a blocking client to it."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.dir = tempfile.mkdtemp(prefix="specd-race-")
+        self.sock = os.path.join(self.dir, "s")
+        self.proc = subprocess.Popen([sys.executable, "-m", "specd", "serve", "--socket", self.sock, *args],
+                                     stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.dir, "log"), "wb"))
+        deadline = time.monotonic() + 900
+        while not os.path.exists(self.sock):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"specd serve did not start (log: {self.dir}/log)")
+            time.sleep(0.5)
+        self.client = Client(self.sock, timeout=900)
+        self.client.call("health")
+
+    def complete(self, t: dict, n: int, mode: str, suffix: str | None = None) -> tuple[float, int, dict]:
+        params = {"prefix": t["prefix"], "suffix": t["suffix"] if suffix is None else suffix, "max_tokens": n,
+                  "temperature": 0, "mode": mode}
+        t0 = time.perf_counter()
+        r = self.client.call("complete", params)
+        return (time.perf_counter() - t0) * 1e3, int(r["stats"]["new_tokens"]), r["stats"]
+
+    def warm(self, t: dict) -> None:
+        self.client.call("warm", {"prefix": t["prefix"], "suffix": t["suffix"]})
+
+    def stop(self) -> None:
+        self.client.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def llama_complete(server: LlamaServer, t: dict, n: int) -> tuple[float, int, dict]:
+    body = infill_body(t["prefix"], t["suffix"], n, cache_prompt=True)
+    t0 = time.perf_counter()
+    r = server._post("/infill", body, 900)
+    return (time.perf_counter() - t0) * 1e3, int(r.get("timings", {}).get("predicted_n", 0)), r.get("timings", {})
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("tasks", type=Path)
+    ap.add_argument("--count", type=int, default=0, help="first N tasks (0: all)")
+    ap.add_argument("--short", type=int, default=8)
+    ap.add_argument("--long", type=int, default=40)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--out", type=Path, default=None, help="JSON of every raw measurement")
+    ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
+    args = ap.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
+    tasks = tasks[: args.count] if args.count else tasks
+    model = gguf_path(PUBLISHED[DEFAULT_TARGET])
+    specd = Specd(["--threads", str(args.threads), *args.specd_args])
+    bins = find_binaries()
+    if "llama" in modes and bins is None:
+        raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
+    llama = LlamaServer(bins, model, args.threads).start() if "llama" in modes else None
+    raw: list[dict] = []
+    try:
+        for i, t in enumerate(tasks):
+            specd.warm(t)
+            if llama is not None:
+                llama._post("/infill", infill_body(t["prefix"], t["suffix"], 0, cache_prompt=True), 900)
+            row = {"id": t["id"]}
+            for j, mode in enumerate(modes if i % 2 == 0 else modes[::-1]):
+                for n in ((args.short, args.long) if j % 2 == 0 else (args.long, args.short)):
+                    if mode == "llama":
+                        ms, got, info = llama_complete(llama, t, n)
+                    else:
+                        if mode == "spec":  # no free drafts from a remembered answer
+                            specd.complete(t, 1, "target", suffix=t["suffix"] + "\n#")
+                        ms, got, info = specd.complete(t, n, mode)
+                    row[f"{mode}_{n}"] = {"wall_ms": round(ms, 2), "tokens": got,
+                                          **({"acceptance": info.get("acceptance_rate"),
+                                              "decode_ms_per_token": info.get("decode_ms_per_token")}
+                                             if mode != "llama" else
+                                             {"predicted_per_token_ms": info.get("predicted_per_token_ms")})}
+            full = all(row[f"{m}_{args.long}"]["tokens"] >= row[f"{m}_{args.short}"]["tokens"] + MIN_SPAN
+                       for m in modes)
+            row["counted"] = full
+            for m in modes:
+                s, l = row[f"{m}_{args.short}"], row[f"{m}_{args.long}"]
+                if l["tokens"] > s["tokens"]:
+                    slope = (l["wall_ms"] - s["wall_ms"]) / (l["tokens"] - s["tokens"])
+                    row[f"{m}_ms_per_token"] = round(slope, 2)
+                    row[f"{m}_overhead_ms"] = round(s["wall_ms"] - s["tokens"] * slope, 1)
+            raw.append(row)
+            print(f"{i + 1}/{len(tasks)} {t['id']}: " + ", ".join(
+                f"{m} {row.get(f'{m}_ms_per_token', float('nan')):.1f}" for m in modes) + ("" if full else " (not counted)"),
+                flush=True)
+    finally:
+        specd.stop()
+        if llama is not None:
+            llama.stop()
+    counted = [r for r in raw if r["counted"]]
+    summary: dict = {"machine": {"cpu": cpu_model(), "flags": cpu_flags(), "threads": args.threads},
+                     "command": " ".join(sys.argv), "tasks": len(raw), "counted": len(counted), "modes": {}}
+    for m in modes:
+        v = [r[f"{m}_ms_per_token"] for r in counted]
+        o = [r[f"{m}_overhead_ms"] for r in counted]
+        summary["modes"][m] = {"ms_per_token_median": round(statistics.median(v), 2) if v else None,
+                               "p10": round(quantile(v, 0.1), 2), "p90": round(quantile(v, 0.9), 2),
+                               "overhead_ms_median": round(statistics.median(o), 1) if o else None}
+    med = {m: summary["modes"][m]["ms_per_token_median"] for m in modes}
+    if med.get("llama") and med.get("target"):
+        summary["target / llama"] = round(med["target"] / med["llama"], 3)
+    if med.get("llama") and med.get("spec"):
+        summary["spec / llama"] = round(med["spec"] / med["llama"], 3)
+    if med.get("spec") and med.get("target"):
+        summary["target / spec (speedup)"] = round(med["target"] / med["spec"], 3)
+        per = [r["target_ms_per_token"] / r["spec_ms_per_token"] for r in counted]
+        summary["speedup per task median"] = round(statistics.median(per), 3) if per else None
+    print(json.dumps(summary, indent=1))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"summary": summary, "raw": raw}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,88 @@
+#!/usr/bin/env python
+"""Fill-in-the-middle tasks at editor contexts for ``../shared/tools/race.py`` (specd's daemon vs
+llama-server, same run) and ``bench/decode_race.py``: JSONL of ``{"id", "split", "prefix",
+"suffix", "expected"}``, 3,000 characters before the cursor and 400 after (what race.py sends),
+the cursor at the start of a code line inside an indented block, ``expected`` that line.
+
+Sources, named here and nowhere else, split by package so the two never share a file:
+  dev  (to choose settings on): the standard library's ``email``, ``json``, ``asyncio`` and
+       ``http`` packages of the interpreter that runs this script;
+  test (to report on): the installed ``rich``, ``click``, ``jinja2`` and ``pygments`` packages.
+Deterministic for a seed and the installed files.
+
+    python bench/race_tasks.py --split test --count 16 --out /tmp/race-test.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import random
+import sysconfig
+from pathlib import Path
+
+PREFIX_CHARS, SUFFIX_CHARS = 3000, 400
+SOURCES = {
+    "dev": [("stdlib", p) for p in ("email", "json", "asyncio", "http")],
+    "test": [("site", p) for p in ("rich", "click", "jinja2", "pygments")],
+}
+
+
+def package_dir(kind: str, name: str) -> Path:
+    if kind == "stdlib":
+        return Path(sysconfig.get_paths()["stdlib"]) / name
+    return Path(importlib.import_module(name).__file__).parent
+
+
+def cursor_lines(text: str) -> list[int]:
+    """Offsets of line starts that make a fair task: an indented code line (not a comment or a
+    blank line, 12..100 characters) with a full prefix and suffix window around it."""
+    out, at = [], 0
+    for line in text.splitlines(keepends=True):
+        body = line.strip()
+        if (line.startswith(("    ", "\t")) and 12 <= len(body) <= 100 and not body.startswith(("#", '"""', "'''"))
+                and PREFIX_CHARS <= at and at + len(line) + SUFFIX_CHARS <= len(text)):
+            out.append(at)
+        at += len(line)
+    return out
+
+
+def build(split: str, count: int, seed: int) -> list[dict]:
+    rng = random.Random(seed)
+    files = sorted(f for kind, name in SOURCES[split] for f in package_dir(kind, name).rglob("*.py"))
+    rng.shuffle(files)
+    tasks = []
+    for f in files:  # one task per file, as an editor opens one file at a time
+        text = f.read_text(encoding="utf-8", errors="replace")
+        starts = cursor_lines(text)
+        if not starts:
+            continue
+        at = rng.choice(starts)
+        end = text.index("\n", at)
+        indent = len(text[at:end]) - len(text[at:end].lstrip())
+        # the cursor after the line's indentation, as an editor leaves it on a new line
+        cur = at + indent
+        tasks.append({"id": f"{split}-{f.parent.name}-{f.stem}-{len(tasks)}", "split": split,
+                      "file": str(f), "prefix": text[cur - PREFIX_CHARS : cur],
+                      "suffix": text[end : end + SUFFIX_CHARS], "expected": text[cur:end]})
+        if len(tasks) == count:
+            break
+    return tasks
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--split", choices=sorted(SOURCES), required=True)
+    ap.add_argument("--count", type=int, default=16)
+    ap.add_argument("--seed", type=int, default=24)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    tasks = build(args.split, args.count, args.seed)
+    args.out.write_text("".join(json.dumps(t) + "\n" for t in tasks))
+    print(f"{len(tasks)} {args.split} tasks -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
