@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,40 +37,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from specd.bench.llamacpp_bin import LlamaServer, find_binaries, infill_body
+from specd.bench.llamacpp_bin import LlamaServer, find_binaries
+from specd.bench.machine import machine_info
+from specd.bench.stats import quantile
 from specd.daemon.client import Client
 from specd.models.pull import gguf_path
 from specd.models.registry import DEFAULT_TARGET, PUBLISHED
 
 MODES = ("spec", "target", "llama")
 MIN_SPAN = 16  # tokens between the two lengths for a task to count
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def cpu_flags() -> str:
-    want = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_int8", "avx_vnni")
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("flags"):
-                have = set(line.split(":", 1)[1].split())
-                return " ".join(f for f in want if f in have)
-    except OSError:
-        pass
-    return ""
-
-
-def quantile(v: list[float], p: float) -> float:
-    v = sorted(v)
-    return v[min(len(v) - 1, int(p * len(v)))] if v else float("nan")
 
 
 class Specd:
@@ -109,13 +83,6 @@ class Specd:
             self.proc.kill()
 
 
-def llama_complete(server: LlamaServer, t: dict, n: int) -> tuple[float, int, dict]:
-    body = infill_body(t["prefix"], t["suffix"], n, cache_prompt=True)
-    t0 = time.perf_counter()
-    r = server._post("/infill", body, 900)
-    return (time.perf_counter() - t0) * 1e3, int(r.get("timings", {}).get("predicted_n", 0)), r.get("timings", {})
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("tasks", type=Path)
@@ -141,12 +108,13 @@ def main() -> int:
         for i, t in enumerate(tasks):
             specd.warm(t)
             if llama is not None:
-                llama._post("/infill", infill_body(t["prefix"], t["suffix"], 0, cache_prompt=True), 900)
+                llama.infill(t["prefix"], t["suffix"], 0, cache_prompt=True)
             row = {"id": t["id"]}
             for j, mode in enumerate(modes if i % 2 == 0 else modes[::-1]):
                 for n in ((args.short, args.long) if j % 2 == 0 else (args.long, args.short)):
                     if mode == "llama":
-                        ms, got, info = llama_complete(llama, t, n)
+                        r = llama.infill(t["prefix"], t["suffix"], n, cache_prompt=True)
+                        ms, got, info = r.wall_ms, r.predicted_n, {"predicted_per_token_ms": r.decode_ms_per_token}
                     else:
                         if mode == "spec":  # no free drafts from a remembered answer
                             specd.complete(t, 1, "target", suffix=t["suffix"] + "\n#")
@@ -174,10 +142,10 @@ def main() -> int:
         if llama is not None:
             llama.stop()
     counted = [r for r in raw if r["counted"]]
-    summary: dict = {"machine": {"cpu": cpu_model(), "flags": cpu_flags(), "threads": args.threads},
+    summary: dict = {"machine": machine_info(), "threads": args.threads,
                      "command": " ".join(sys.argv), "tasks": len(raw), "counted": len(counted), "modes": {}}
     for m in modes:
-        v = [r[f"{m}_ms_per_token"] for r in counted]
+        v = sorted(r[f"{m}_ms_per_token"] for r in counted)
         o = [r[f"{m}_overhead_ms"] for r in counted]
         summary["modes"][m] = {"ms_per_token_median": round(statistics.median(v), 2) if v else None,
                                "p10": round(quantile(v, 0.1), 2), "p90": round(quantile(v, 0.9), 2),
