@@ -25,6 +25,7 @@ different token in speculative and target-only runs, or in a cold and a warm (KV
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Mapping
 
 import torch
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 
 from specd.models.config import ModelConfig
 from specd.models.kv_cache import CacheOwner, KVCache
+from specd.models.profile import PhaseClock
 from specd.models import q8layer
 from specd.models.q8layer import FusedLayers
 from specd.models.quant import DenseLinear, Linear
@@ -211,6 +213,18 @@ class Decoder(CacheOwner):
         prefill) only fills the cache: the final norm and the output head are skipped and an empty
         ``[n, 0]`` tensor is returned.
         """
+        clock = self.clock
+        if clock is None:
+            return self._forward(tokens, positions, attn_mask, logits, None)
+        t0 = time.perf_counter()
+        try:
+            return self._forward(tokens, positions, attn_mask, logits, clock)
+        finally:
+            clock.add("forward", time.perf_counter() - t0)
+            clock.forwards += 1
+
+    def _forward(self, tokens: torch.Tensor, positions: torch.Tensor | None, attn_mask: torch.Tensor | None,
+                 logits: bool, clock: PhaseClock | None) -> torch.Tensor:
         c = self.config
         cache = self.cache
         tokens = tokens.reshape(-1).to(self.device)
@@ -247,11 +261,16 @@ class Decoder(CacheOwner):
         cos, sin = cos[:, None, :], sin[:, None, :]
         scale = hd**-0.5
 
+        t0 = time.perf_counter()
         x = self.embed[tokens].float()  # [n, H]
+        if clock is not None:
+            t1 = time.perf_counter()
+            clock.add("embed", t1 - t0)
+            t0 = t1
         if fused:  # rows (the mask's checks) were validated above
             mask = None if attn_mask is None else attn_mask.to("cpu", torch.uint8).contiguous()
             x = x.contiguous()
-            self.fused.run(x, start, cache.k, cache.v, cos[:, 0], sin[:, 0], mask)
+            self.fused.run(x, start, cache.k, cache.v, cos[:, 0], sin[:, 0], mask, clock)
         layers = [] if fused else self.layers
         for li, layer in enumerate(layers):
             h = self._rms(x, layer["in_norm"])
@@ -284,6 +303,10 @@ class Decoder(CacheOwner):
             x = x + self._apply(li, "down_proj", layer, F.silu(gate) * up)
         cache.tokens[start:end] = tokens.cpu()
         cache.length = end
+        if clock is not None:
+            t1 = time.perf_counter()
+            clock.add("layers", t1 - t0)
+            t0 = t1
         if not logits:
             return torch.empty(n, 0)
         x = self._rms(x, self.norm)
@@ -293,6 +316,8 @@ class Decoder(CacheOwner):
         if self.head_rows is not None:
             full = torch.full((n, c.vocab_size), float("-inf"))
             scores = full.index_copy_(1, self.head_rows, scores)  # [n, V]
+        if clock is not None:
+            clock.add("head", time.perf_counter() - t0)
         return scores
 
     # cache control (rollback, keep, reset, common_prefix, cache_len): see CacheOwner

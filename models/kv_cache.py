@@ -12,6 +12,8 @@ from typing import Any
 
 import torch
 
+from specd.models.profile import PhaseClock
+
 
 @dataclass(frozen=True)
 class KVRows:
@@ -126,6 +128,12 @@ class CacheOwner:
     (a ``KVCache`` or anything with its ``length`` / ``rollback`` / ``keep`` / ``common_prefix``)."""
 
     cache: KVCache
+    clock: PhaseClock | None = None  # set through profile()
+
+    def profile(self, clock: PhaseClock | None) -> None:
+        """Add each forward's phase seconds to ``clock`` from now on (None: stop); see
+        ``specd.models.profile``."""
+        self.clock = clock
 
     @property
     def cache_len(self) -> int:

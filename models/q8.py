@@ -31,7 +31,7 @@ QK = 32
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 5
+ABI_VERSION = 6
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
@@ -55,12 +55,16 @@ _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "gg_unrepack": ([_I32, _P, _I64, _I64, _P], _I32),
     "gg_parts_act_bytes": ([_I64, _I64], _I64),
     "gg_linear_parts": ([_P, _I64, _P, _I64, _P, _P], None),
+    # profiling (models/csrc/profile.h): the accumulator the kernels add phase seconds into
+    "kernel_profile": ([_P], None),
 }
 # q8_layer's index tables: the order of its dims[] (int64) and weights[] (pointers) arguments
 LAYER_DIMS = ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "capacity", "bits")
 LAYER_WEIGHTS = ("qkv", "o", "gate_up", "down", "in_norm", "post_norm", "qkv_bias")
 # gg_linear_parts' part table (int64): its count, then per part these fields
 GG_PARTS = ("count", "type", "rows", "pointer")
+# kernel_profile's accumulator (float64): seconds per slot (see models/csrc/profile.h)
+PROFILE_SLOTS = ("matmul", "attention", "layer_other", "team", "busy", "busy_cpu", "regions")
 _TYPE_CODES: dict[type | None, str] = {_P: "p", _I64: "i64", _I32: "i32", _F32: "f32", None: "void"}
 REBUILD = "pip install -e . (or, in the source tree, python setup.py build_ext --inplace)"
 
@@ -111,6 +115,7 @@ def signature_table() -> dict[str, str]:
     table["q8_layer_dims"] = f"q8_layer_dims[{','.join(LAYER_DIMS)}]->i64"
     table["q8_layer_weights"] = f"q8_layer_weights[{','.join(LAYER_WEIGHTS)}]->p"
     table["gg_parts"] = f"gg_parts[{','.join(GG_PARTS)}]->i64"
+    table["kernel_profile_slots"] = f"kernel_profile_slots[{','.join(PROFILE_SLOTS)}]->f64"
     return table
 
 

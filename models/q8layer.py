@@ -19,6 +19,7 @@ import torch
 from specd.models import q8
 from specd.models.config import ModelConfig
 from specd.models.gguf_linear import GgufLinear
+from specd.models.profile import PhaseClock
 
 
 def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> bool:
@@ -113,11 +114,12 @@ class FusedLayers:
         self._stride = c.num_kv_heads * capacity * c.head_dim  # floats per layer in the KV cache
 
     def run(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
-            sin: torch.Tensor, mask: torch.Tensor | None) -> None:
+            sin: torch.Tensor, mask: torch.Tensor | None, clock: PhaseClock | None = None) -> None:
         """All layers over ``x`` ``[n, H]`` (float32, contiguous; updated in place); ``k``/``v``
         the cache ``[layers, nkv, capacity, hd]`` (written at ``start .. start+n-1``); ``cos``/
         ``sin`` ``[n, hd]``; ``mask`` ``[n, n]`` uint8 or None (causal). TypeError / ValueError
-        naming the tensor when a dtype, shape or the range ``start .. start+n-1`` does not fit."""
+        naming the tensor when a dtype, shape or the range ``start .. start+n-1`` does not fit.
+        ``clock``: add the kernels' phase seconds to it (``specd.models.profile``)."""
         H, nkv, cap, hd = self._shape
         if x.dim() != 2:
             raise ValueError(f"x: expected a tensor of shape [n, {H}], got shape {list(x.shape)}")
@@ -135,7 +137,7 @@ class FusedLayers:
         if mask is None and n > self.chunk:  # causal: chunk i sees chunks < i through the cache
             for i in range(0, n, self.chunk):
                 j = min(i + self.chunk, n)
-                self.run(x[i:j], start + i, k, v, cos[i:j], sin[i:j], None)
+                self.run(x[i:j], start + i, k, v, cos[i:j], sin[i:j], None, clock)
             return
         need = int(self.kernel.lib.q8_layer_scratch(self.dims, n))
         if self._scratch.numel() < need:
@@ -143,7 +145,17 @@ class FusedLayers:
         mptr = None if mask is None else mask.data_ptr()
         kb, vb, step = k.data_ptr(), v.data_ptr(), self._stride * 4
         lib = self.kernel.lib
+        acc = None if clock is None else (ctypes.c_double * len(q8.PROFILE_SLOTS))()
         with self.kernel.lock:
-            for li, ptrs in enumerate(self.ptrs):
-                lib.q8_layer(ptrs, self.dims, self.eps, x.data_ptr(), n, start, kb + li * step, vb + li * step,
-                             cos.data_ptr(), sin.data_ptr(), mptr, self._scratch.data_ptr())
+            if acc is not None:
+                lib.kernel_profile(acc)
+            try:
+                for li, ptrs in enumerate(self.ptrs):
+                    lib.q8_layer(ptrs, self.dims, self.eps, x.data_ptr(), n, start, kb + li * step, vb + li * step,
+                                 cos.data_ptr(), sin.data_ptr(), mptr, self._scratch.data_ptr())
+            finally:
+                if acc is not None:
+                    lib.kernel_profile(None)
+        if clock is not None:
+            for name, seconds in zip(q8.PROFILE_SLOTS, acc):
+                clock.add(name, seconds)

@@ -65,6 +65,8 @@ class CompletionRequest:
     tree: bool | None = setting(None, help="token trees on or off (none: the engine's tree setting)", flag=None)
     context: str = setting("", help="repository context before the FIM block (Qwen's repository format)",
                            flag=None)
+    profile: bool = setting(False, help="answer with a timeline of where the time went, round by round "
+                                        "(see specd.engine.timeline)", flag=None)
 
     def validate(self, max_len: int) -> CompletionRequest:
         """This request, once every field has its type and range (``max_tokens`` up to
@@ -81,6 +83,8 @@ class CompletionRequest:
             raise RequestError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.k is not None and (not _int(self.k) or not 0 <= self.k <= K_MAX):
             raise RequestError("k", f"must be an integer in 0..{K_MAX}, got {self.k!r}")
+        if not isinstance(self.profile, bool):
+            raise RequestError("profile", f"must be true or false, got {self.profile!r}")
         if self.tree is not None and not isinstance(self.tree, bool):
             raise RequestError("tree", f"must be true or false, got {self.tree!r}")
         if self.seed is not None and (not _int(self.seed) or self.seed < 0):

@@ -320,3 +320,18 @@ def test_fuzzed_bytes_get_an_error_and_the_connection_survives(daemon, line) -> 
         msg = c.read_message()
         assert msg["id"] is None and msg["error"]["code"] in (rpc.PARSE_ERROR, rpc.INVALID_REQUEST)
         assert c.call("health")["status"] == "ok"
+
+
+def test_profiled_request_answers_with_its_timeline(daemon, cold) -> None:
+    with daemon.client() as c:
+        plain = c.call("complete", {"prefix": PREFIX, "suffix": SUFFIX, "max_tokens": 10})
+        profiled = c.call("complete", {"prefix": PREFIX, "suffix": SUFFIX, "max_tokens": 10, "profile": True})
+        with pytest.raises(Exception, match="profile"):
+            c.call("complete", {"prefix": PREFIX, "max_tokens": 4, "profile": 1})
+    assert "timeline" not in plain
+    assert profiled["text"] == plain["text"] == cold(prefix=PREFIX, suffix=SUFFIX, max_tokens=10)
+    t = profiled["timeline"]
+    assert sum(r["tokens"] for r in t["rounds"]) == profiled["stats"]["new_tokens"]
+    daemon_ms = t["daemon_ms"]
+    assert 0 <= daemon_ms["queued"] <= daemon_ms["latency"]
+    assert sum(t["request_ms"].values()) <= daemon_ms["latency"]

@@ -61,6 +61,7 @@ static int omp_get_thread_num(void) { return 0; }
 
 #include "ggml_blocks.h"
 #include "kernel_abi.h"
+#include "profile.h"
 
 /* ---------------------------------------------------------------------------------------- */
 /* sizes                                                                                       */
@@ -1803,9 +1804,11 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
     if (gg_row_bytes(type, k) < 0 || N < 0 || n < 0 || ldy < N || (is_x16(type) && N % 16)) return -1;
     /* small calls stay on one thread: waking the pool costs more than it saves */
     const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18), level = gg_simd();
-    (void)parallel; /* (unused without OpenMP) */
-#pragma omp parallel if (parallel) num_threads(specd_team_size())
+    const int team = parallel ? specd_team_size() : 1;
+    const double t0 = specd_prof ? prof_wall() : 0.0;
+#pragma omp parallel if (parallel) num_threads(team)
     {
+        const prof_mark m = prof_begin();
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t o0 = split(N, t, tid, 16), o1 = split(N, t, tid + 1, 16);
         if (is_x16(type)) {
@@ -1821,7 +1824,9 @@ int gg_gemm(int type, const uint8_t *w, int64_t N, int64_t k, const uint8_t *act
 #endif
                 gemm_part(type, w, k, act, n, y, ldy, o0, o1, level);
         }
+        prof_end(m);
     }
+    prof_region(t0, team);
     return 0;
 }
 

@@ -9,12 +9,13 @@
  * checks the version and the text against models/q8.py.
  *
  * Text format, one entry per ';': name(arg,arg,...)->ret for a function, name[index,...]->type
- * for an index table. Types: p (any pointer), i64 (int64_t), i32 (int), f32 (float), void. */
+ * for an index table. Types: p (any pointer), i64 (int64_t), i32 (int), f32 (float), f64 (double),
+ * void. */
 #ifndef SPECD_KERNEL_ABI_H
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 5
+#define SPECD_KERNEL_ABI_VERSION 6
 
 #define SPECD_KERNEL_SIGNATURES                                                                \
     "q8_linear(p,i64,i64,p,i64,p,p,p)->void;"                                                  \
@@ -39,7 +40,9 @@
     "gg_unrepack(i32,p,i64,i64,p)->i32;"                                                       \
     "gg_parts_act_bytes(i64,i64)->i64;"                                                        \
     "gg_linear_parts(p,i64,p,i64,p,p)->void;"                                                  \
-    "gg_parts[count,type,rows,pointer]->i64"
+    "gg_parts[count,type,rows,pointer]->i64;"                                                  \
+    "kernel_profile(p)->void;"                                                                 \
+    "kernel_profile_slots[matmul,attention,layer_other,team,busy,busy_cpu,regions]->f64"
 
 /* the ABI itself (fixed forever: the loader calls these before anything else) */
 int specd_kernel_abi_version(void);
@@ -84,6 +87,11 @@ int gg_unrepack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out);
 /* a linear of several parts; parts[]: count, then per part type, rows, address (all int64) */
 int64_t gg_parts_act_bytes(int64_t k, int64_t n);
 void gg_linear_parts(const int64_t *parts, int64_t k, const float *x, int64_t n, float *y, uint8_t *act);
+
+/* profiling (profile.h): kernel_profile(acc) makes the kernels add seconds into acc[P_COUNT]
+ * (doubles, the slots below) until kernel_profile(NULL); one caller at a time */
+enum { P_MATMUL, P_ATTENTION, P_LAYER_OTHER, P_TEAM, P_BUSY, P_BUSY_CPU, P_REGIONS, P_COUNT };
+void kernel_profile(double *acc);
 
 /* internal (not exported): the team size of the kernels' parallel regions, see q8kernel.c */
 __attribute__((visibility("hidden"))) int specd_team_size(void);

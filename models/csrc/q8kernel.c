@@ -36,6 +36,7 @@ static int omp_get_max_threads(void) { return 1; }
 
 #include "avx2.h"
 #include "kernel_abi.h"
+#include "profile.h"
 
 #define QK 32
 #ifndef OCHUNK
@@ -202,6 +203,11 @@ static void gemm_part(const uint8_t *w, int64_t k, const int8_t *xq, const float
 /* The loader checks that sharing (specd_kernel_omp_entry); where the runtime is not torch's it  */
 /* fixes this library's team size once (specd_kernel_set_threads).                              */
 
+double *specd_prof; /* profile.h: NULL unless a profiled forward runs */
+
+/* profile.h: add the kernels' phase seconds into acc[P_COUNT] from now on (NULL: stop) */
+void kernel_profile(double *acc) { specd_prof = acc; }
+
 static int team_threads; /* 0: OpenMP's own count (torch's, when the runtime is shared) */
 
 /* the team size of every parallel region in the kernels: the count set by
@@ -234,15 +240,19 @@ void q8_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
                int8_t *xq, float *xd) {
     const int64_t nb = k / QK;
     /* small calls stay on one thread: waking the pool costs more than it saves */
-    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
-#pragma omp parallel if (parallel) num_threads(specd_team_size())
+    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18), team = parallel ? specd_team_size() : 1;
+    const double t0 = specd_prof ? prof_wall() : 0.0;
+#pragma omp parallel if (parallel) num_threads(team)
     {
+        const prof_mark m = prof_begin();
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t r0 = split(n, t, tid, 1), r1 = split(n, t, tid + 1, 1);
         for (int64_t r = r0; r < r1; r++) quantize_row(x + r * k, k, xq + r * k, xd + r * nb);
 #pragma omp barrier
         gemm_part(w, k, xq, xd, n, y, N, split(N, t, tid, 16), split(N, t, tid + 1, 16));
+        prof_end(m);
     }
+    prof_region(t0, team);
 }
 
 /* ---------------------------------------------------------------------------------------- */
@@ -358,9 +368,11 @@ static void gemm4_part(const uint8_t *w, int64_t k, const int8_t *xq, const floa
 void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n, float *y,
                int8_t *xq, float *xd, int32_t *xs) {
     const int64_t nb = k / QK;
-    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18);
-#pragma omp parallel if (parallel) num_threads(specd_team_size())
+    const int parallel = N * k * (n < 4 ? n : 4) >= (1 << 18), team = parallel ? specd_team_size() : 1;
+    const double t0 = specd_prof ? prof_wall() : 0.0;
+#pragma omp parallel if (parallel) num_threads(team)
     {
+        const prof_mark m = prof_begin();
         const int t = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t r0 = split(n, t, tid, 1), r1 = split(n, t, tid + 1, 1);
         for (int64_t r = r0; r < r1; r++) {
@@ -374,7 +386,9 @@ void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
         }
 #pragma omp barrier
         gemm4_part(w, k, xq, xd, xs, n, y, N, split(N, t, tid, 16), split(N, t, tid + 1, 16));
+        prof_end(m);
     }
+    prof_region(t0, team);
 }
 
 /* exposed for tests: the activation quantization alone */

@@ -26,6 +26,7 @@
 
 #include "avx2.h"
 #include "kernel_abi.h" /* q8_linear, q4_linear, the dims[] / weights[] indices (D_*, W_*) */
+#include "profile.h"
 
 
 /* e^x, 8 lanes (Cephes' polynomial, as avx_mathfun): relative error ~1e-7; inputs clamped to
@@ -173,9 +174,21 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     int32_t *xs = (int32_t *)(xd + n * kmax / 32);
     const int64_t bits = d[D_BITS];
     const float *bias = (const float *)w[W_QKV_BIAS];
+    /* profiling: each lap adds the time since the previous one to a phase (profile.h) */
+    double lap = specd_prof ? prof_wall() : 0.0;
+#define LAP(slot)                                                                                 \
+    do {                                                                                          \
+        if (specd_prof) {                                                                         \
+            const double now = prof_wall();                                                       \
+            specd_prof[slot] += now - lap;                                                        \
+            lap = now;                                                                            \
+        }                                                                                         \
+    } while (0)
 
     for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_IN_NORM], H, eps, h + i * H);
+    LAP(P_LAYER_OTHER);
     linear(bits, w[W_QKV], qkvd, H, h, n, qkv, xq, xd, xs);
+    LAP(P_MATMUL);
     for (int64_t i = 0; i < n; i++) {
         float *r = qkv + i * qkvd;
         if (bias)
@@ -188,6 +201,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     }
 
     const float scale = 1.0f / sqrtf((float)hd);
+    LAP(P_LAYER_OTHER);
 #pragma omp parallel num_threads(specd_team_size())
     {
         /* per thread: the visible positions of one row, and GMAX heads' scores */
@@ -211,11 +225,15 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
         free(sc);
         free(pos);
     }
+    LAP(P_ATTENTION);
 
     linear(bits, w[W_O], H, qd, attn, n, y, xq, xd, xs);
+    LAP(P_MATMUL);
     for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
     for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_POST_NORM], H, eps, h + i * H);
+    LAP(P_LAYER_OTHER);
     linear(bits, w[W_GU], 2 * I, H, h, n, gu, xq, xd, xs);
+    LAP(P_MATMUL);
     for (int64_t i = 0; i < n; i++) {
         const float *gate = gu + i * 2 * I, *up = gate + I;
         float *a = act + i * I;
@@ -226,6 +244,10 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
             _mm256_storeu_ps(a + j, _mm256_mul_ps(s, _mm256_loadu_ps(up + j)));
         }
     }
+    LAP(P_LAYER_OTHER);
     linear(bits, w[W_DOWN], H, I, act, n, y, xq, xd, xs);
+    LAP(P_MATMUL);
     for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
+    LAP(P_LAYER_OTHER);
+#undef LAP
 }

@@ -13,6 +13,7 @@ from specd.cli.flags import add_daemon_flags, add_engine_flags, daemon_config, e
 from specd.daemon.backend import Backend
 from specd.daemon.config import DaemonConfig
 from specd.daemon.listener import Listener, ListenerError
+from specd.daemon.model_thread import ModelThread
 from specd.daemon.server import Server, log
 from specd.engine.config import EngineConfig
 from specd.remote.build import build_remote
@@ -37,12 +38,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"specd: error: {e}", file=sys.stderr)
         return 2
     try:
+        thread = ModelThread()  # builds the models and then runs every job: one OpenMP pool
         try:
-            backend = build_backend(config, settings)
+            backend = thread.call(lambda: build_backend(config, settings))
         except RemoteError as e:
             print(f"specd: error: {e}", file=sys.stderr)
             return 2
-        server = Server(backend, config, listener)
+        server = Server(backend, config, listener, thread)
         return run_on_event_loop(server.serve)
     finally:
         listener.close()

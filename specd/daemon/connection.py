@@ -191,7 +191,11 @@ class Connection:
         if isinstance(outcome, Done):
             c = outcome.completion
             stats.served_one(c.stats, outcome.latency_ms, c.lookahead)
-            self.send(rpc.result(rid, {"text": c.text, "stats": c.stats.as_dict()}))
+            answer: dict[str, Any] = {"text": c.text, "stats": c.stats.as_dict()}
+            if c.timeline is not None:  # a profiled request: where the time went, the daemon's part too
+                answer["timeline"] = {**c.timeline, "daemon_ms": {"queued": round(outcome.queued_ms, 3),
+                                                                  "latency": round(outcome.latency_ms, 3)}}
+            self.send(rpc.result(rid, answer))
         elif isinstance(outcome, Warmed):
             stats.warmed += 1
             self.send(rpc.result(rid, {"tokens": outcome.tokens}))

@@ -24,9 +24,11 @@ import itertools
 import threading
 import time
 from collections import OrderedDict, deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from specd.daemon.model_thread import ModelThread
 from specd.requests import Cancelled, CompletionRequest, Preempted, RequestError
 
 if TYPE_CHECKING:  # types only: the daemon is handed a built backend and never imports torch itself
@@ -37,7 +39,8 @@ if TYPE_CHECKING:  # types only: the daemon is handed a built backend and never 
 @dataclass(frozen=True)
 class Done:
     completion: Completion
-    latency_ms: float
+    latency_ms: float  # submitted to completed
+    queued_ms: float = 0.0  # submitted to started (waiting for the worker)
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,9 @@ class SchedulerClosed(RuntimeError):
 
 
 class Scheduler:
-    def __init__(self, backend: Backend, reuse: bool = True) -> None:
+    def __init__(self, backend: Backend, reuse: bool = True, thread: ModelThread | None = None) -> None:
+        """``thread``: the model thread that built ``backend`` (its jobs must run where its
+        OpenMP pool lives, see ``specd.daemon.model_thread``); a new one when None."""
         self.backend = backend
         self.reuse = reuse
         self._cv = threading.Condition()
@@ -108,12 +113,13 @@ class Scheduler:
         self.preemptions = 0
         self._closed = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread = threading.Thread(target=self._work, name="specd-model", daemon=True)
+        self._thread = thread if thread is not None else ModelThread()
+        self._worker: Future[None] | None = None
 
     # -- event-loop side -----------------------------------------------------------------------
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._thread.start()
+        self._worker = self._thread.submit(self._work)
 
     def submit(self, job: Job) -> asyncio.Future:
         assert self._loop is not None, "start() first"
@@ -172,8 +178,12 @@ class Scheduler:
         with self._cv:
             self._closed = True
             self._cv.notify_all()
-        if wait is not None and self._thread.is_alive():
-            self._thread.join(wait)
+        self._thread.stop()
+        if wait is not None and self._worker is not None:
+            try:
+                self._worker.result(wait)
+            except TimeoutError:
+                pass
 
     # -- either side, under the lock -----------------------------------------------------------
     def _cancel_locked(self, job: Job, reason: str) -> None:
@@ -241,6 +251,7 @@ class Scheduler:
                 self._finish_locked(job, outcome)
 
     def _run(self, job: Job) -> Outcome:
+        started = time.perf_counter()
         if job.cancelled():
             return WasCancelled(job.cancel_reason)
         try:
@@ -259,7 +270,7 @@ class Scheduler:
             return Failed(e, invalid=True)
         except Exception as e:  # a model failure (out of memory, a runtime error): this job only
             return Failed(e, invalid=False)
-        return Done(completion, (time.perf_counter() - job.submitted) * 1e3)
+        return Done(completion, (time.perf_counter() - job.submitted) * 1e3, (started - job.submitted) * 1e3)
 
 
 def _resolve(future: asyncio.Future, outcome: Outcome) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from specd.daemon.config import DaemonConfig
 from specd.daemon.connection import Connection
 from specd.daemon.listener import Listener
+from specd.daemon.model_thread import ModelThread
 from specd.daemon.scheduler import Scheduler
 from specd.daemon.stats import DaemonStats
 
@@ -34,12 +35,14 @@ def log(message: str) -> None:
 
 
 class Server:
-    def __init__(self, backend: Backend, config: DaemonConfig, listener: Listener) -> None:
-        """``backend``: the local engine, or a remote server's driver (``specd.daemon.backend``)."""
+    def __init__(self, backend: Backend, config: DaemonConfig, listener: Listener,
+                 thread: ModelThread | None = None) -> None:
+        """``backend``: the local engine, or a remote server's driver (``specd.daemon.backend``);
+        ``thread``: the model thread that built it, which then runs its jobs."""
         self.backend = backend
         self.config = config
         self.listener = listener
-        self.scheduler = Scheduler(backend, reuse=config.reuse)
+        self.scheduler = Scheduler(backend, reuse=config.reuse, thread=thread)
         self.stats = DaemonStats()
         self.max_len = backend.max_len
         self.draining = False

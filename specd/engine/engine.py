@@ -23,13 +23,14 @@ from specd.engine.prefix_cache import PrefixCache, block_bytes
 from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.policy import CostModel, FixedK, KPolicy, StructureK
 from specd.engine.prompt import PromptBuilder
-from specd.engine.sampling import sampling_params
+from specd.engine.sampling import SamplingParams, sampling_params
 from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
 from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
 from specd.engine.results import Completion, GenerationStats
 from specd.engine.speculative import Decoding, generate
+from specd.engine.timeline import NO_TIMELINE, NoTimeline, Timeline
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
 
@@ -141,7 +142,21 @@ class Engine:
         returns True the prefill stops with ``Preempted``, its computed blocks cached, to be run
         again later."""
         params = sampling_params(request.validate(self.config.max_len), allowed=self._allowed)
-        prompt = self.prompts.build(request.prefix, request.suffix, request.context)
+        timeline: Timeline | NoTimeline = NO_TIMELINE
+        if request.profile:
+            timeline = Timeline({role: m for role, m in (("target", self.target), ("draft", self.draft))
+                                 if m is not None})
+        try:
+            return self._complete(request, params, timeline, on_delta, cancelled, preempted)
+        finally:
+            if isinstance(timeline, Timeline):
+                timeline.close()
+
+    def _complete(self, request: CompletionRequest, params: SamplingParams, timeline: Timeline | NoTimeline,
+                  on_delta: Callable[[str], None] | None, cancelled: Callable[[], bool] | None,
+                  preempted: Callable[[], bool] | None) -> Completion:
+        with timeline.span("prompt"):
+            prompt = self.prompts.build(request.prefix, request.suffix, request.context)
         if len(prompt) + request.max_tokens > self.config.max_len:
             raise RequestError(
                 "max_tokens",
@@ -180,21 +195,24 @@ class Engine:
                 return self._prefill_locked(prompt, draft_prompt.tokens, with_draft, between_chunks)
 
             try:
-                tokens, stats = generate(self.target, prompt, decoding, drafter, policy, on_round, prefill_models)
+                tokens, stats = generate(self.target, prompt, decoding, drafter, policy, on_round, prefill_models,
+                                         timeline)
             except Cancelled:
                 raise
             except BaseException:  # a model failure: do not trust what the caches hold
                 self._reset_locked()
                 raise
-            text = stream.finish(tokens)
-            if stats.stop_reason == "stop_string":
-                # a round emits several tokens: drop those past the cut, so the tokens returned do
-                # not depend on how many tokens each round happened to verify
-                tokens = _covering(self.tokenizer, tokens, text)
-            if params.greedy:
-                self._continuation.remember(request.prefix, request.suffix, text, tokens)
+            with timeline.span("finish"):
+                text = stream.finish(tokens)
+                if stats.stop_reason == "stop_string":
+                    # a round emits several tokens: drop those past the cut, so the tokens returned do
+                    # not depend on how many tokens each round happened to verify
+                    tokens = _covering(self.tokenizer, tokens, text)
+                if params.greedy:
+                    self._continuation.remember(request.prefix, request.suffix, text, tokens)
         proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
-        return Completion(text, tokens, stats, proposed)
+        return Completion(text, tokens, stats, proposed,
+                          timeline.as_dict() if isinstance(timeline, Timeline) else None)
 
     @property
     def policy(self) -> StructureK | None:

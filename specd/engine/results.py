@@ -98,6 +98,7 @@ class Completion:
     tokens: list[int]
     stats: GenerationStats
     lookahead: int = 0  # tokens proposed from the previous suggestion (see continuation.py)
+    timeline: dict | None = None  # a profiled request's (specd.engine.timeline.Timeline.as_dict)
 
 
 def _grow(counts: list[int], n: int) -> None:

@@ -24,6 +24,7 @@ from specd.engine.policy import FixedK, KPolicy
 from specd.engine.prefill import prefill as prefill_cache
 from specd.engine.results import GenerationStats, Round
 from specd.engine.sampling import SamplingParams, restrict, sample, verify_greedy, verify_stochastic, warp_restricted
+from specd.engine.timeline import NO_TIMELINE, NoTimeline, Timeline
 from specd.models.protocol import CausalLM
 
 
@@ -55,10 +56,12 @@ def generate(
     k: "int | KPolicy" = 0,
     on_round: RoundCallback | None = None,
     prefill: Prefill | None = None,
+    timeline: Timeline | NoTimeline = NO_TIMELINE,
 ) -> tuple[list[int], GenerationStats]:
     """Generate after ``prompt``; returns (new tokens, stats). ``k``: drafts per round, or the
     policy that chooses them; 0 (or no drafter) is target-only decoding through the same loop.
-    ``prefill``: how the caches reach the prompt (default: reuse the live caches, one forward)."""
+    ``prefill``: how the caches reach the prompt (default: reuse the live caches, one forward).
+    ``timeline``: where the time goes, phase by phase (``specd.engine.timeline``)."""
     if not prompt:
         raise ValueError("empty prompt")
     policy = FixedK(k) if isinstance(k, int) else k
@@ -66,21 +69,33 @@ def generate(
         drafter = None
     stats = GenerationStats(mode="spec" if drafter else "target", prompt_tokens=len(prompt))
     t0 = time.perf_counter()
-    stats.prefill_reused = prefill(prompt, drafter is not None) if prefill is not None else _prefill(target, drafter, prompt)
+    with timeline.span("prefill"):
+        stats.prefill_reused = (prefill(prompt, drafter is not None) if prefill is not None
+                                else _prefill(target, drafter, prompt))
     stats.prefill_ms = (time.perf_counter() - t0) * 1e3
+    with timeline.span("decode"):
+        out = _decode(target, prompt, decoding, drafter, policy, on_round, timeline, stats, t0)
+    stats.new_tokens = len(out)
+    stats.total_ms = (time.perf_counter() - t0) * 1e3
+    return out, stats
 
+
+def _decode(target: CausalLM, prompt: list[int], decoding: Decoding, drafter: Drafter | None, policy: KPolicy,
+            on_round: RoundCallback | None, timeline: Timeline | NoTimeline, stats: GenerationStats,
+            t0: float) -> list[int]:
+    """The rounds after the prefill; returns the new tokens (``stats`` counts them)."""
     seq, out = list(prompt), []
     capacity = min(target.max_len, drafter.max_len) if drafter else target.max_len
     budget = min(decoding.max_new_tokens, capacity - len(seq))  # the caches must hold every token fed
     while len(out) < budget:
         if drafter:
-            r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding)
+            r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding, timeline)
             if r.free:
                 policy.observe_free(r.drafted, r.accepted)
             elif r.drafted:
                 policy.observe(r.drafted, r.accepted)
         else:
-            r = Round([_target_step(target, seq, decoding)])
+            r = Round([_target_step(target, seq, decoding, timeline)])
         stats.add(r)
         if stats.rounds == 1:
             stats.ttft_ms = (time.perf_counter() - t0) * 1e3
@@ -90,15 +105,16 @@ def generate(
         seq += new
         if stop is not None:
             stats.stop_reason = "stop_token"
-            break
-        if on_round is not None and on_round(out):
-            stats.stop_reason = "stop_string"
+        elif on_round is not None:
+            with timeline.span("stream"):
+                if on_round(out):
+                    stats.stop_reason = "stop_string"
+        timeline.round_done(len(new), r.drafted, r.accepted)
+        if stats.stop_reason:
             break
     else:
         stats.stop_reason = "max_tokens" if budget == decoding.max_new_tokens else "context"
-    stats.new_tokens = len(out)
-    stats.total_ms = (time.perf_counter() - t0) * 1e3
-    return out, stats
+    return out
 
 
 def _prefill(target: CausalLM, drafter: Drafter | None, prompt: list[int]) -> int:
@@ -111,40 +127,50 @@ def _prefill(target: CausalLM, drafter: Drafter | None, prompt: list[int]) -> in
     return reused
 
 
-def _target_step(target: CausalLM, seq: list[int], decoding: Decoding) -> int:
+def _target_step(target: CausalLM, seq: list[int], decoding: Decoding,
+                 timeline: Timeline | NoTimeline = NO_TIMELINE) -> int:
     params = decoding.params
-    logits = restrict(target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1], params)  # [n]: the shared vocabulary
-    if params.greedy:
-        return int(torch.argmax(logits))
-    return sample(warp_restricted(logits, params), decoding.generator)
+    with timeline.span("verify"):
+        row = target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1]  # [V]
+    with timeline.span("accept"):
+        logits = restrict(row, params)  # [n]: the shared vocabulary
+        if params.greedy:
+            return int(torch.argmax(logits))
+        return sample(warp_restricted(logits, params), decoding.generator)
 
 
 def speculative_round(target: CausalLM, drafter: Drafter, seq: list[int], budget: DraftBudget,
-                      decoding: Decoding) -> Round:
+                      decoding: Decoding, timeline: Timeline | NoTimeline = NO_TIMELINE) -> Round:
     """Draft under ``budget``, verify in one target forward, roll both caches back to what holds."""
-    proposal = drafter.propose(seq, budget, decoding.params, decoding.generator)
+    with timeline.span("draft"):
+        proposal = drafter.propose(seq, budget, decoding.params, decoding.generator)
     if isinstance(proposal, Tree):
         return tree_round(target, drafter, seq, proposal, decoding)
     if len(proposal) == 0:
-        return Round([_target_step(target, seq, decoding)])
-    return chain_round(target, drafter, seq, proposal, decoding)
+        return Round([_target_step(target, seq, decoding, timeline)])
+    return chain_round(target, drafter, seq, proposal, decoding, timeline)
 
 
-def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain, decoding: Decoding) -> Round:
+def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain, decoding: Decoding,
+                timeline: Timeline | NoTimeline = NO_TIMELINE) -> Round:
     """Verify a chain of drafts; keep the accepted prefix in both caches."""
     params = decoding.params
     drafts = chain.tokens  # [k]
     k, n = len(chain), len(seq)
-    logits = restrict(target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts])), params)  # [k+1, n]
-    if params.greedy:
-        verdict = verify_greedy(logits, drafts)
-    else:
-        p = warp_restricted(logits, params)  # [k+1, n]
-        q = chain.probs if chain.probs is not None else _one_hot(drafts, p.shape[-1])  # [k, V]
-        verdict = verify_stochastic(p, q, drafts, decoding.generator)
+    with timeline.span("verify"):
+        scores = target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts]))  # [k+1, V]
+    with timeline.span("accept"):
+        logits = restrict(scores, params)  # [k+1, n]
+        if params.greedy:
+            verdict = verify_greedy(logits, drafts)
+        else:
+            p = warp_restricted(logits, params)  # [k+1, n]
+            q = chain.probs if chain.probs is not None else _one_hot(drafts, p.shape[-1])  # [k, V]
+            verdict = verify_stochastic(p, q, drafts, decoding.generator)
     a = verdict.accepted
-    target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
-    drafter.commit(n + a)
+    with timeline.span("rollback"):
+        target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
+        drafter.commit(n + a)
     return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.free)
 
 
