@@ -200,3 +200,26 @@ def test_stats() -> None:
     s = spread([4.0, 1.0, 3.0, 2.0, None])
     assert s == {"n": 4, "median": 2.5, "p25": 1.75, "p75": 3.25, "min": 1.0, "max": 4.0}
     assert spread([]) == {"n": 0}
+
+
+def test_profile_scenario_through_a_real_daemon(tiny_pair, two_tasks, tmp_path, capsys) -> None:
+    """specd bench --profile starts specd serve, sends profiled requests, and reports the
+    per-token timeline, the per-request overhead and the step's spread (no timing asserted)."""
+    target, draft = tiny_pair
+    out = tmp_path / "out"
+    code, stdout, stderr = bench(
+        capsys, "--profile", "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
+        "--k", "2", "--reps", "1", "--max-tokens", "12", "--threads", "1", "--out", str(out))
+    assert code == 0, stderr
+    doc = json.loads((out / "results.json").read_text())
+    assert doc["scenario"] == "profile" and len(doc["runs"]) == 2 * 2  # tasks x modes
+    for r in doc["runs"]:
+        t = r["timeline"]
+        assert sum(x["tokens"] for x in t["rounds"]) == r["stats"]["new_tokens"]
+        assert t["daemon_ms"]["latency"] >= sum(t["request_ms"].values())
+    target_only = doc["summary"]["target"]
+    assert target_only["per_token_ms"]["verify"]["median"] > 0
+    assert "draft" not in target_only["per_token_ms"] and "draft" in doc["summary"]["spec"]["per_token_ms"]
+    assert target_only["target_step_ms"]["n"] == sum(r["stats"]["rounds"] for r in doc["runs"] if r["mode"] == "target")
+    assert "ms per token" in stdout and "target.forward" in stdout
+    assert (out / "report.md").read_text().startswith("# specd bench --scenario profile")

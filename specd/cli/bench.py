@@ -49,9 +49,16 @@ def register(subparsers: Any) -> None:
                         "is prefilled once, untimed, and every run reuses it (a daemon after the first keystroke)")
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
-    b.add_argument("--scenario", choices=["tasks", "editor"], default="tasks",
+    b.add_argument("--scenario", choices=["tasks", "editor", "profile"], default="tasks",
                    help="tasks (default): the FIM task suite; editor: four real files typed key by key through the "
-                        "socket, specd lsp and llama-server's /infill (--quick: a few keys per file)")
+                        "socket, specd lsp and llama-server's /infill (--quick: a few keys per file); profile: "
+                        "where each token's time goes in the daemon (draft, verify, layers, attention, head, "
+                        "waiting for the thread team, Python), per-request overhead and the step's spread")
+    b.add_argument("--profile", dest="scenario", action="store_const", const="profile",
+                   help="the same as --scenario profile")
+    b.add_argument("--socket", type=Path, default=None,
+                   help="profile scenario: profile the daemon already serving at this socket (default: start "
+                        "specd serve with this command's engine flags)")
     b.add_argument("--editor-preset", choices=["quick", "short", "full"], default=None,
                    help="editor scenario: keys per file visit and pauses (default full; --quick: quick)")
     b.add_argument("--paths", default=None,
@@ -92,6 +99,8 @@ def _bench(args: argparse.Namespace) -> int:
         from specd.cli.bench_editor import editor_bench
 
         return editor_bench(args, _default_out)
+    if args.scenario == "profile":
+        return profile_bench(args)
     # imported here: the bench session builds engines (torch, the models), which the other
     # commands need not load
     from specd.bench.session import BenchConfig, run_bench
@@ -146,3 +155,36 @@ def write_outputs(doc: dict, out: Path, plots: bool = True) -> list[str]:
         names = draw_all(doc, out)
     (out / "report.md").write_text(markdown(doc, names))
     return names
+
+
+def profile_bench(args: argparse.Namespace) -> int:
+    """``--scenario profile``: profiled requests through a real daemon (``specd.bench.profile``)."""
+    from specd.bench import profile
+    from specd.bench.machine import machine_info
+    from specd.cli.flags import engine_argv
+
+    tasks = select_tasks(load_tasks(args.tasks_file), args.tasks)
+    if args.quick and not args.tasks:
+        tasks = quick_tasks(tasks)
+    modes = tuple(m.strip() for m in (args.modes or "target,spec").split(",") if m.strip())
+    out = args.out or _default_out()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out {out}: {e}") from e
+    flags = engine_argv(args)
+    serve = None if args.socket else (lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags])
+    bench = profile.ProfileBench(
+        tasks=tuple(tasks), modes=modes, reps=args.reps if args.reps is not None else (1 if args.quick else 2),
+        max_tokens=args.max_tokens if args.max_tokens is not None else (24 if args.quick else 48),
+        serve_argv=serve, socket=args.socket, log_dir=out,
+        log=(lambda m: print(f"specd bench: {m}", file=sys.stderr, flush=True)) if args.progress else None)
+    doc = profile.run(bench)
+    doc["command"] = shlex.join(["specd", *sys.argv[1:]])
+    machine = machine_info()
+    doc["machine"] = machine
+    (out / "results.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    (out / "report.md").write_text(profile.markdown(doc, machine))
+    print(profile.text_table(doc))
+    print(f"wrote {out}/results.json, {out}/report.md")
+    return 0

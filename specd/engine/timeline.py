@@ -119,7 +119,8 @@ def model_phases(seconds: dict[str, float]) -> dict[str, float]:
     out = {k: v * 1e3 for k, v in seconds.items() if k not in ("forwards", "regions", "team", "busy", "busy_cpu")}
     if seconds.get("team"):
         out["team_wait"] = (seconds["team"] - seconds.get("busy", 0.0)) * 1e3
-        out["preempted"] = (seconds.get("busy", 0.0) - seconds.get("busy_cpu", 0.0)) * 1e3
+        # the two clocks tick at different grains: a difference below zero is none
+        out["preempted"] = max(0.0, seconds.get("busy", 0.0) - seconds.get("busy_cpu", 0.0)) * 1e3
         out["regions"] = seconds.get("regions", 0.0)
     out["forwards"] = seconds.get("forwards", 0.0)
     return out

@@ -1,0 +1,192 @@
+"""``specd bench --scenario profile``: where a completion's time goes, token by token, in the daemon.
+
+A real ``specd serve`` (started here with the bench's engine flags, or the one at ``--socket``)
+answers profiled requests (``profile: true``, see ``specd.engine.timeline``) on real FIM tasks:
+per task and mode, an untimed ``warm`` of the prompt, then ``reps`` profiled completions whose
+first request-suffix differs from the previous one's (so no answer comes from the continuation
+cache). Reported per mode:
+
+- the per-token timeline: every phase's ms per emitted token (median over requests, p10, p90);
+  ``team_wait`` and ``preempted`` are thread-ms (two threads waiting 1 ms each count 2);
+- the per-request overhead: ``prompt``, ``finish``, and the daemon's own (its latency minus the
+  engine's phases: the queue, the socket, JSON);
+- the step's spread: in target-only mode each round is one target step; per request the p90/p10
+  of its steps, and over all steps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from specd.bench.editor import Daemon
+from specd.bench.editor_clients import SocketClient
+from specd.bench.errors import BenchError
+from specd.bench.stats import quantile
+from specd.bench.tasks import Task
+
+MODES = ("target", "spec")
+# the phases shown in the table, in order; the JSON keeps every one the timeline has
+SHOWN = ("round", "draft", "verify", "accept", "stream", "loop", "target.forward", "target.layers",
+         "target.matmul", "target.attention", "target.head", "target.team_wait", "target.preempted",
+         "draft.forward", "draft.head")
+
+
+@dataclass(frozen=True)
+class ProfileBench:
+    tasks: tuple[Task, ...]
+    modes: tuple[str, ...] = MODES
+    reps: int = 2
+    max_tokens: int = 48
+    serve_argv: Callable[[Path], list[str]] | None = None  # socket -> `specd serve`; None: use `socket`
+    socket: Path | None = None
+    log_dir: Path | None = None
+    log: Callable[[str], None] | None = None
+
+    def check(self) -> None:
+        bad = [m for m in self.modes if m not in MODES]
+        if bad or not self.modes:
+            raise BenchError(f"--modes for the profile scenario: choose among {', '.join(MODES)}, got {bad}")
+        if not self.tasks:
+            raise BenchError("no tasks selected")
+        if self.reps < 1 or self.max_tokens < 2:
+            raise BenchError("--reps must be >= 1 and --max-tokens >= 2")
+
+
+async def run_profile(bench: ProfileBench) -> dict[str, Any]:
+    """Every profiled answer (raw) and the summary per mode."""
+    bench.check()
+    with tempfile.TemporaryDirectory(prefix="sdp-", dir="/tmp") as d:  # AF_UNIX paths stay short
+        daemon = None
+        if bench.serve_argv is not None:
+            sock = Path(d) / "s.sock"
+            daemon = Daemon(bench.serve_argv(sock), sock, bench.log_dir / "daemon.log" if bench.log_dir else None)
+            _say(bench, "starting specd serve")
+            client = await daemon.start()
+        else:
+            if bench.socket is None:
+                raise BenchError("no daemon: give --socket or let the bench start one")
+            client = await SocketClient.connect(bench.socket)
+        try:
+            health = await client.call("health")
+            runs = await _runs(bench, client)
+        finally:
+            await client.close()
+            if daemon is not None:
+                daemon.stop()
+    return {"scenario": "profile", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
+            "reps": bench.reps, "tasks": [t.id for t in bench.tasks], "runs": runs,
+            "summary": {mode: summarize([r for r in runs if r["mode"] == mode]) for mode in bench.modes}}
+
+
+async def _runs(bench: ProfileBench, client: SocketClient) -> list[dict[str, Any]]:
+    runs = []
+    for i, task in enumerate(bench.tasks):
+        _say(bench, f"task {i + 1}/{len(bench.tasks)}: {task.id}")
+        await _call(client, "warm", {"prefix": task.prefix, "suffix": task.suffix})
+        for rep in range(bench.reps):
+            for mode in bench.modes:
+                # a 1-token request with another suffix first: the next answer is computed, not
+                # continued from the previous suggestion; the prompt stays cached
+                await _call(client, "complete", {"prefix": task.prefix, "suffix": task.suffix + f"\n# {rep}{mode}",
+                                                 "max_tokens": 1})
+                answer = await _call(client, "complete", {"prefix": task.prefix, "suffix": task.suffix,
+                                                          "max_tokens": bench.max_tokens, "mode": mode,
+                                                          "profile": True})
+                runs.append({"task": task.id, "mode": mode, "rep": rep, "stats": answer["stats"],
+                             "timeline": answer["timeline"]})
+    return runs
+
+
+async def _call(client: SocketClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    msg = await client.request(method, params)
+    if "error" in msg:
+        raise BenchError(f"the daemon refused {method}: {msg['error'].get('message')}")
+    return msg["result"]
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per-token phases (median, p10, p90 over requests with tokens), per-request overhead and the
+    target step's spread."""
+    timed = [r for r in runs if r["stats"]["new_tokens"] > 0 and r["timeline"]["rounds"]]
+    phases: dict[str, list[float]] = {}
+    for r in timed:
+        for k, v in r["timeline"]["per_token_ms"].items():
+            phases.setdefault(k, []).append(v)
+    overhead: dict[str, list[float]] = {"prompt": [], "finish": [], "daemon": []}
+    for r in runs:
+        t = r["timeline"]
+        req = t["request_ms"]
+        overhead["prompt"].append(req.get("prompt", 0.0))
+        overhead["finish"].append(req.get("finish", 0.0))
+        overhead["daemon"].append(t["daemon_ms"]["latency"] - sum(req.values()))
+    spread = [s for s in (_step_spread(r) for r in timed) if s is not None]
+    steps = sorted(x["models"]["target"]["forward"] for r in timed for x in r["timeline"]["rounds"]
+                   if x["models"].get("target", {}).get("forwards") == 1 and x["drafted"] == 0)
+    return {
+        "requests": len(runs), "tokens": sum(r["stats"]["new_tokens"] for r in runs),
+        "per_token_ms": {k: _dist(v) for k, v in phases.items()},
+        "overhead_ms": {k: _dist(v) for k, v in overhead.items()},
+        "target_step_ms": _dist(steps) if steps else None,
+        "step_p90_over_p10": {"per_request": _dist(spread) if spread else None,
+                              "all_steps": round(quantile(steps, 0.9) / quantile(steps, 0.1), 3) if len(steps) >= 10 else None},
+    }
+
+
+def _step_spread(run: dict[str, Any]) -> float | None:
+    """p90/p10 of a request's one-token target steps (rounds without drafts), when it has 10+."""
+    steps = [x["models"]["target"]["forward"] for x in run["timeline"]["rounds"]
+             if x["drafted"] == 0 and x["models"].get("target", {}).get("forwards") == 1]
+    if len(steps) < 10:
+        return None
+    steps.sort()
+    return quantile(steps, 0.9) / quantile(steps, 0.1)
+
+
+def _dist(values: list[float]) -> dict[str, float]:
+    v = sorted(values)
+    return {"median": round(statistics.median(v), 3), "p10": round(quantile(v, 0.1), 3),
+            "p90": round(quantile(v, 0.9), 3), "n": len(v)}
+
+
+def text_table(doc: dict[str, Any]) -> str:
+    """The summary as a plain-text table: phases down, modes across (median [p10-p90] ms)."""
+    modes = list(doc["summary"])
+    lines = [f"{'ms per token':<20}" + "".join(f"{m:>26}" for m in modes)]
+
+    def cell(d: dict | None) -> str:
+        return f"{d['median']:8.2f} [{d['p10']:.1f}-{d['p90']:.1f}]" if d else "-"
+
+    for phase in SHOWN:
+        row = [doc["summary"][m]["per_token_ms"].get(phase) for m in modes]
+        if any(row):
+            lines.append(f"{phase:<20}" + "".join(f"{cell(c):>26}" for c in row))
+    lines.append(f"{'per request (ms)':<20}")
+    for k in ("prompt", "finish", "daemon"):
+        lines.append(f"{'  ' + k:<20}" + "".join(f"{cell(doc['summary'][m]['overhead_ms'][k]):>26}" for m in modes))
+    for m in modes:
+        s = doc["summary"][m]
+        if s["target_step_ms"]:
+            sp = s["step_p90_over_p10"]
+            per = sp["per_request"]
+            lines.append(f"{m}: one-token target step {cell(s['target_step_ms'])} ms over {s['target_step_ms']['n']} steps; "
+                         f"p90/p10 per request {per['median'] if per else '-'} (median), over all steps {sp['all_steps']}")
+    return "\n".join(lines)
+
+
+def markdown(doc: dict[str, Any], machine: dict[str, Any]) -> str:
+    return "\n".join(["# specd bench --scenario profile", "", f"machine: {machine}", "",
+                      f"command: `{doc.get('command', '')}`", "", "```", text_table(doc), "```", ""])
+
+
+def _say(bench: ProfileBench, message: str) -> None:
+    if bench.log is not None:
+        bench.log(message)
+
+
+def run(bench: ProfileBench) -> dict[str, Any]:
+    return asyncio.run(run_profile(bench))
