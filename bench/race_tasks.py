@@ -63,9 +63,14 @@ def build(split: str, count: int, seed: int) -> list[dict]:
         indent = len(text[at:end]) - len(text[at:end].lstrip())
         # the cursor after the line's indentation, as an editor leaves it on a new line
         cur = at + indent
+        package = next(name for kind, name in SOURCES[split] if f.is_relative_to(package_dir(kind, name)))
+        # the fields of specd.bench.tasks.Task too, so `specd bench --tasks-file` reads this file
         tasks.append({"id": f"{split}-{f.parent.name}-{f.stem}-{len(tasks)}", "split": split,
                       "file": str(f), "prefix": text[cur - PREFIX_CHARS : cur],
-                      "suffix": text[end : end + SUFFIX_CHARS], "expected": text[cur:end]})
+                      "suffix": text[end : end + SUFFIX_CHARS], "expected": text[cur:end],
+                      "language": "python", "category": "logic", "kind": "block_body", "cursor": "line_start",
+                      "package": package, "version": "installed",
+                      "line": text.count("\n", 0, at) + 1, "column": indent})
         if len(tasks) == count:
             break
     return tasks
