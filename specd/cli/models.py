@@ -22,7 +22,8 @@ def register(subparsers: Any) -> None:
     pl.set_defaults(func=cmd_models_pull)
     ls = msub.add_parser("list", help="models present in the cache, with sizes")
     ls.set_defaults(func=cmd_models_list)
-    info = msub.add_parser("info", help="load the configured pair, run one short completion and report resident memory")
+    info = msub.add_parser("info", help="load the configured pair, run one short completion and report resident "
+                                        "memory, each model's bytes per step and its floor at this machine's bandwidth")
     info.add_argument("--json", action="store_true")
     info.add_argument("--no-completion", action="store_true",
                       help="report right after loading (memory-mapped weights not yet read count only as touched)")
@@ -48,10 +49,18 @@ def cmd_models_info(args: argparse.Namespace) -> int:
     the process's resident memory (RSS, split into anonymous and file-backed pages) right after
     loading and after one short greedy completion. The completion reads every layer of both
     models, so memory-mapped weights (a GGUF run as stored) are resident by then: that figure is
-    what a serving daemon holds."""
+    what a serving daemon holds.
+
+    Per model also: the bytes one decode step reads (``step_bytes``: the linear layers and the
+    head, :func:`specd.models.step_bytes.step_bytes`), its floor (``floor_ms``: those bytes at the
+    read bandwidth measured here, after the memory figures, ``bandwidth_gbs``) and the quant mode
+    it runs as (``quant_resolved``: what ``auto`` became; ``runtime``: the model's own account of
+    its layers' kernel)."""
     # imported here: the engine (torch, the models) loads only for the commands that run it
     from specd.app import build_engine
     from specd.engine.engine import CompletionRequest
+    from specd.models.bandwidth import read_bandwidth
+    from specd.models.step_bytes import step_bytes
 
     config = engine_config(args)
     engine = build_engine(config)
@@ -63,20 +72,35 @@ def cmd_models_info(args: argparse.Namespace) -> int:
         served = {"rss_bytes": rss_bytes(), **{f"{k}_bytes": v for k, v in resident_split().items()}}
         report["after_completion"] = served
         report["rss_bytes"] = served["rss_bytes"]
-    for role, model, quant, name in (("target", engine.target, config.target_quant, config.target),
-                                     ("draft", engine.draft, config.draft_quant, config.draft)):
+    # measured after the RSS figures (its buffer, freed again, would count in them) and with the
+    # engine's threads (build_engine set them)
+    bandwidth = read_bandwidth()
+    report["bandwidth_gbs"] = round(bandwidth.gbs, 2)
+    report["bandwidth_method"] = bandwidth.how
+    for role, model, quant, name, backend in (
+            ("target", engine.target, config.target_quant, config.target, config.target_backend),
+            ("draft", engine.draft, config.draft_quant, config.draft, config.draft_backend)):
         if model is None:
             continue
-        report["models"][role] = {"model": name, "quant": quant, "weights": model.weight_bytes(),
-                                  "weights_total": memory[f"{role}_weight_bytes"],
-                                  "kv_cache": memory[f"{role}_kv_cache_bytes"], "kv_capacity_tokens": model.max_len}
+        weights = model.weight_bytes()
+        step = step_bytes(weights)
+        report["models"][role] = {"model": name, "quant": quant,
+                                  "quant_resolved": resolved_quant(name, quant, config.device, backend),
+                                  "runtime": model.describe(),
+                                  "weights": weights, "weights_total": memory[f"{role}_weight_bytes"],
+                                  "kv_cache": memory[f"{role}_kv_cache_bytes"], "kv_capacity_tokens": model.max_len,
+                                  "step_bytes": step, "floor_ms": step / (report["bandwidth_gbs"] * 1e9) * 1e3}
     if args.json:
         print(json.dumps(report))
         return 0
     for role, r in report["models"].items():
         kinds = ", ".join(f"{k} {v / 2**20:.0f} MiB" for k, v in r["weights"].items())
-        print(f"{role:<7} {r['model']} ({r['quant']}): weights {r['weights_total'] / 2**20:.0f} MiB [{kinds}]; "
+        quant = r["quant_resolved"] + (f" ({r['quant']})" if r["quant"] != r["quant_resolved"] else "")
+        print(f"{role:<7} {r['model']} ({quant}): weights {r['weights_total'] / 2**20:.0f} MiB [{kinds}]; "
               f"KV cache {r['kv_cache'] / 2**20:.0f} MiB for {r['kv_capacity_tokens']} tokens")
+    for role, r in report["models"].items():
+        print(f"{role:<7} reads {r['step_bytes'] / 1e6:.0f} MB a step (linear layers + head): floor "
+              f"{r['floor_ms']:.1f} ms a token at {report['bandwidth_gbs']:.1f} GB/s")
     for when in ("after_load", "after_completion"):
         if when in report:
             m = report[when]
@@ -86,6 +110,19 @@ def cmd_models_info(args: argparse.Namespace) -> int:
 
 
 INFO_PROMPT = "def fibonacci(n):\n    "
+
+
+def resolved_quant(spec: str, quant: str, device: str, backend: str) -> str:
+    """The quant mode ``spec`` was loaded in: ``quant`` itself, or for ``auto`` the mode
+    ``specd.models.loader.load_model`` resolved it to, by the same rule and inputs."""
+    # imported here: see cmd_models_info
+    from specd.models import q8
+    from specd.models.loader import is_gguf_source
+    from specd.models.modes import AUTO_QUANT, auto_target_quant
+
+    if quant != AUTO_QUANT:
+        return quant
+    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, q8.unavailable() is None)
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
