@@ -12,7 +12,8 @@ ext_modules = []
 if sys.platform != "win32" and platform.machine().lower() in ("x86_64", "amd64"):
     ext_modules.append(Extension(
         "specd.models._q8kernel",
-        sources=["models/csrc/q8kernel.c", "models/csrc/q8layer.c", "models/csrc/ggml_blocks.c"],
+        sources=["models/csrc/q8kernel.c", "models/csrc/q8layer.c", "models/csrc/ggml_blocks.c",
+                 "models/csrc/kernel_abi.c"],
         depends=["models/csrc/avx2.h", "models/csrc/kernel_abi.h", "models/csrc/ggml_blocks.h", "models/csrc/profile.h"],
         # -ffp-contract=off: no fused multiply-adds the code does not write (ggml_blocks.c's
         # dequantization is bit-exact to gguf-py's, and its dot products to their scalar reference)

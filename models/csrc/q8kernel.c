@@ -396,9 +396,6 @@ void q8_quantize(const float *x, int64_t n, int64_t k, int8_t *q, float *d) {
     for (int64_t r = 0; r < n; r++) quantize_row(x + r * k, k, q + r * k, d + r * (k / QK));
 }
 
-int specd_kernel_abi_version(void) { return SPECD_KERNEL_ABI_VERSION; }
-const char *specd_kernel_abi_signatures(void) { return SPECD_KERNEL_SIGNATURES; }
-
 /* an importable extension module with no Python-level functions: specd loads the C functions
  * above through ctypes */
 static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_q8kernel", NULL, -1, NULL};
