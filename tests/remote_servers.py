@@ -5,10 +5,9 @@ built: ``python -m specd.bench.llamacpp_build``) and llama-cpp-python's OpenAI-c
 free loopback port and is stopped at teardown; ``specd serve --backend ...`` daemons run in front
 of them over a real Unix socket.
 
-A server that cannot run here skips its tests, saying why; with ``CI`` set a missing
-llama-cpp-python fails instead (the ``test`` extra installs it), as a missing editor fails
-``tests/test_lsp_neovim.py``. The llama-server binary is never built in CI (as for
-``tests/test_llamacpp_anchor.py``): its tests skip there.
+A server that cannot run here skips its tests, saying why; with ``CI`` set a missing server fails
+instead, as a missing editor fails ``tests/test_lsp_neovim.py``: the ``test`` extra installs
+llama-cpp-python, and the README's test command (``.ci/run``) builds llama-server.
 """
 
 from __future__ import annotations
@@ -48,6 +47,8 @@ def draft_gguf() -> Path:
 def llama_server(log: Path, model: Path | None = None, extra: tuple[str, ...] = ()) -> LlamaServer:
     bins = find_binaries()
     if bins is None:
+        if in_ci():
+            pytest.fail(f"{unavailable_note()}; CI is set, so the llama-server tests must run")
         pytest.skip(unavailable_note())
     # --no-repack: see tests/llama_cpp_server.py (ggml's AMX repacking crashes on this machine class)
     return LlamaServer(bins, model or draft_gguf(), threads=int(THREADS), ctx=CTX, extra_args=("--no-repack", *extra),

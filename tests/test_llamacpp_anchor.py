@@ -19,6 +19,7 @@ from specd.bench.llamacpp_bin import (BUILD_COMMAND, LlamaCppBinaries, LlamaServ
                                       parse_llama_bench_json)
 from specd.bench.modes import ALL_MODES, Mode, parse_modes
 from specd.bench.tasks import Task
+from tests.remote_servers import in_ci
 
 # `llama-bench -m qwen2.5-coder-0.5b/model.gguf -t 2 -o json -r 1 -p 1,2 -n 4`, trimmed to the fields
 # the parser reads plus a few for context (the real rows carry ~40 keys).
@@ -287,6 +288,8 @@ def test_real_llama_server_infill(tmp_path) -> None:
     """The real llama-server on the real draft GGUF (0.5B): health, one greedy /infill, a clean stop."""
     bins = find_binaries()
     if bins is None:
+        if in_ci():
+            pytest.fail(f"llama.cpp binaries not built: {BUILD_COMMAND}; CI is set, so this test must run")
         pytest.skip(f"llama.cpp binaries not built: {BUILD_COMMAND}")
     gguf = _draft_gguf()
     if gguf is None:

@@ -14,8 +14,11 @@
 #define SPECD_PROFILE_H
 #include <time.h>
 
-__attribute__((visibility("hidden"))) extern double *specd_prof;
+/* weak: every file that includes this header defines it, the linker keeps one (a build of a single
+ * kernel file, as tests/test_gguf_blocks.py's portable build, needs no other file for it) */
+__attribute__((weak, visibility("hidden"))) double *specd_prof;
 
+#if defined(CLOCK_MONOTONIC) && defined(CLOCK_THREAD_CPUTIME_ID)
 static inline double prof_wall(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -27,6 +30,10 @@ static inline double prof_cpu(void) {
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+#else /* strict ISO C without POSIX clocks (a portable build): profiling reads zero */
+static inline double prof_wall(void) { return 0.0; }
+static inline double prof_cpu(void) { return 0.0; }
+#endif
 
 /* inside a parallel region: prof_begin at the start of a thread's share, prof_end after it (both
  * no-ops when profiling is off); the master adds the region's team time with prof_region */

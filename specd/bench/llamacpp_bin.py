@@ -135,18 +135,21 @@ def parse_llama_bench_json(text: str) -> list[BenchFigure]:
 
 
 def llama_bench_command(bins: LlamaCppBinaries, model: Path, threads: int, prompts=(512,), gens=(32,),
-                        repetitions: int = 3) -> list[str]:
+                        repetitions: int = 3, depth: int = 0) -> list[str]:
     cmd = [str(bins.bench), "-m", str(model), "-t", str(threads), "-o", "json", "-r", str(repetitions)]
     cmd += ["-p", ",".join(str(p) for p in prompts) if prompts else "0"]
     cmd += ["-n", ",".join(str(g) for g in gens) if gens else "0"]
+    if depth:
+        cmd += ["-d", str(depth)]
     return cmd
 
 
 def run_llama_bench(bins: LlamaCppBinaries, model: Path, threads: int, prompts=(512,), gens=(32,),
-                    repetitions: int = 3, timeout: float = 1800) -> list[BenchFigure]:
+                    repetitions: int = 3, timeout: float = 1800, depth: int = 0) -> list[BenchFigure]:
     """Runs llama-bench on ``model`` with ``threads`` threads; ``prompts=range(1, 10), gens=()`` gives
-    the T(n) curve (the cost of one forward over n tokens is n / tokens_per_s)."""
-    out = subprocess.run(llama_bench_command(bins, model, threads, prompts, gens, repetitions),
+    the T(n) curve (the cost of one forward over n tokens is n / tokens_per_s); ``depth``: tokens
+    already in the context before each test (llama-bench's ``-d``, not timed)."""
+    out = subprocess.run(llama_bench_command(bins, model, threads, prompts, gens, repetitions, depth),
                          capture_output=True, text=True, timeout=timeout, env=bins.env(), check=False)
     if out.returncode != 0:
         raise RuntimeError(f"llama-bench failed ({out.returncode}): {out.stderr[-2000:]}")
