@@ -1,6 +1,7 @@
-"""The one compiled part of specd: the AVX2 INT8 kernel (models/csrc/q8kernel.c), loaded through
-ctypes by specd.models.q8, which checks the library's ABI version and signatures
-(models/csrc/kernel_abi.h) at load. Optional: where it cannot be built (no C compiler, not x86-64), the
+"""The one compiled part of specd: its kernel library specd.models._kernels (models/csrc: the INT8
+and INT4 linears, the fused decoder layer, the GGUF block-format kernels), loaded through ctypes by
+specd.models.q8, which checks the library's ABI version and signatures (models/csrc/kernel_abi.h)
+at load. Optional: where it cannot be built (no C compiler, not x86-64), the
 install still succeeds and the runtimes fall back to ONNX Runtime / torch kernels."""
 
 import platform
@@ -11,7 +12,7 @@ from setuptools import Extension, setup
 ext_modules = []
 if sys.platform != "win32" and platform.machine().lower() in ("x86_64", "amd64"):
     ext_modules.append(Extension(
-        "specd.models._q8kernel",
+        "specd.models._kernels",
         sources=["models/csrc/q8kernel.c", "models/csrc/q8layer.c", "models/csrc/ggml_blocks.c",
                  "models/csrc/kernel_abi.c"],
         depends=["models/csrc/avx2.h", "models/csrc/kernel_abi.h", "models/csrc/ggml_blocks.h", "models/csrc/profile.h"],

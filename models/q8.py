@@ -1,6 +1,7 @@
-"""specd's INT8 x INT8 linear on x86-64 AVX2 (``models/csrc/q8kernel.c``, built by the package
-install, loaded here through ctypes once its ABI version and signatures match ``ABI_VERSION`` and
-``_SIGNATURES``, see ``models/csrc/kernel_abi.h``).
+"""specd's kernel library (``specd.models._kernels``, built by the package install from
+``models/csrc``: the INT8 and INT4 linears, the fused decoder layer, the GGUF block-format kernels),
+loaded here through ctypes once its ABI version and signatures match ``ABI_VERSION`` and
+``_SIGNATURES`` (see ``models/csrc/kernel_abi.h``); and its INT8 x INT8 linear on x86-64 AVX2.
 
 Weights: int8 in blocks of 32 input channels, one fp16 scale per block (llama.cpp's Q8_0 numbers;
 scales stored ahead of each row's blocks). Activations: quantized per row and per block of 32 inside the call.
@@ -67,6 +68,9 @@ GG_PARTS = ("count", "type", "rows", "pointer")
 PROFILE_SLOTS = ("matmul", "attention", "layer_other", "team", "busy", "busy_cpu", "regions")
 _TYPE_CODES: dict[type | None, str] = {_P: "p", _I64: "i64", _I32: "i32", _F32: "f32", None: "void"}
 REBUILD = "pip install -e . (or, in the source tree, python setup.py build_ext --inplace)"
+# the extension module the package install builds (setup.py), and how messages name it
+LIBRARY = "specd.models._kernels"
+NAME = "specd's kernel library"
 
 
 def scale_bytes(k: int) -> int:
@@ -93,13 +97,13 @@ def _cpu_flags() -> frozenset[str]:
 @lru_cache(maxsize=None)
 def unavailable() -> str | None:
     """Why the kernel cannot run here, or None when it can."""
-    spec = importlib.util.find_spec("specd.models._q8kernel")
+    spec = importlib.util.find_spec(LIBRARY)
     if spec is None or spec.origin is None:
-        return ("specd's INT8 kernel is not built (the install needs a C compiler on x86-64: "
-                "pip install -e . again with gcc or clang present)")
+        return (f"{NAME} ({LIBRARY}: the INT8, INT4 and GGUF kernels) is not built (the install needs "
+                f"a C compiler on x86-64: pip install -e . again with gcc or clang present)")
     missing = {"avx2", "fma", "f16c"} - _cpu_flags()
     if missing:
-        return f"specd's INT8 kernel needs a CPU with {', '.join(sorted(missing))}"
+        return f"{NAME} needs a CPU with {', '.join(sorted(missing))}"
     return None
 
 
@@ -130,20 +134,20 @@ def _check_abi(lib: ctypes.CDLL, path: str) -> None:
     try:
         version_fn, text_fn = lib.specd_kernel_abi_version, lib.specd_kernel_abi_signatures
     except AttributeError:
-        raise KernelABIError(f"specd's INT8 kernel {path} exports no ABI version "
+        raise KernelABIError(f"{NAME} {path} exports no ABI version "
                              f"(specd_kernel_abi_version): it was built from older sources than "
                              f"this specd; rebuild it: {REBUILD}") from None
     version_fn.argtypes, version_fn.restype = [], ctypes.c_int
     text_fn.argtypes, text_fn.restype = [], ctypes.c_char_p
     found = int(version_fn())
     if found != ABI_VERSION:
-        raise KernelABIError(f"specd's INT8 kernel {path} has ABI version {found}, this specd "
+        raise KernelABIError(f"{NAME} {path} has ABI version {found}, this specd "
                              f"expects {ABI_VERSION}: the build is stale; rebuild it: {REBUILD}")
     theirs, ours = _parse_signatures((text_fn() or b"").decode()), signature_table()
     diff = [f"{name}: library {theirs.get(name, 'missing')!r}, specd.models.q8 {ours.get(name, 'missing')!r}"
             for name in sorted(theirs.keys() | ours.keys()) if theirs.get(name) != ours.get(name)]
     if diff:
-        raise KernelABIError(f"specd's INT8 kernel {path} (ABI version {found}) declares other "
+        raise KernelABIError(f"{NAME} {path} (ABI version {found}) declares other "
                              f"signatures than specd.models.q8 ({'; '.join(diff)}); rebuild it: {REBUILD}")
 
 
@@ -206,7 +210,7 @@ class _Kernel:
         try:
             lib = ctypes.CDLL(path)
         except OSError as e:
-            raise KernelABIError(f"cannot load specd's INT8 kernel {path} ({e}); rebuild it: {REBUILD}") from None
+            raise KernelABIError(f"cannot load {NAME} {path} ({e}); rebuild it: {REBUILD}") from None
         _check_abi(lib, path)
         for name, (args, ret) in _SIGNATURES.items():
             fn = getattr(lib, name)
@@ -219,9 +223,9 @@ class _Kernel:
         if not self.omp_shared:
             threads = torch.get_num_threads() if ours is not None else 1
             lib.specd_kernel_set_threads(threads)
-            log.warning("specd's INT8 kernel does not share torch's OpenMP runtime (kernel: %s, "
+            log.warning("%s does not share torch's OpenMP runtime (kernel: %s, "
                         "torch: %s): it runs on its own %d thread(s), fixed at load",
-                        _library_of(ours), _library_of(torchs), threads)
+                        NAME, _library_of(ours), _library_of(torchs), threads)
 
 
 _kernel: _Kernel | None = None
@@ -238,7 +242,7 @@ def kernel() -> _Kernel:
         raise ModelError(why)
     with _kernel_lock:
         if _kernel is None:
-            _kernel = _Kernel(importlib.util.find_spec("specd.models._q8kernel").origin)
+            _kernel = _Kernel(importlib.util.find_spec(LIBRARY).origin)
         return _kernel
 
 
@@ -390,7 +394,7 @@ class _BlockLinear:
             raise ValueError(f"expected {self.in_features} input features in x of shape [n, "
                              f"{self.in_features}], got x of shape {tuple(x.shape)}")
         if x.device.type != "cpu":
-            raise ValueError(f"x is on {x.device}: specd's INT8 kernel runs on the CPU")
+            raise ValueError(f"x is on {x.device}: specd's INT8 and INT4 kernels run on the CPU")
         x = x.float().contiguous()
         n, k = x.shape
         y = torch.empty(n, self.out_features, dtype=torch.float32)

@@ -398,5 +398,5 @@ void q8_quantize(const float *x, int64_t n, int64_t k, int8_t *q, float *d) {
 
 /* an importable extension module with no Python-level functions: specd loads the C functions
  * above through ctypes */
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_q8kernel", NULL, -1, NULL};
-PyMODINIT_FUNC PyInit__q8kernel(void) { return PyModule_Create(&moduledef); }
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&moduledef); }
