@@ -1,5 +1,5 @@
 """Linear layers and embeddings over a GGUF file's own weight blocks (Q4_0, Q5_0, Q8_0, Q4_K,
-Q6_K), run by specd's kernels (``models/csrc/ggml_blocks.c``, loaded through ``specd.models.q8``).
+Q6_K), run by specd's kernels (``models/csrc/gguf_*.c``, loaded through ``specd.models.q8``).
 
 The weights stay in the bytes the file stores: a ``GgufLinear`` holds, per part, a uint8 tensor
 ``[rows, row_bytes]`` (a view of the GGUF memory map or a copy of the tensor's bytes), never a
@@ -65,7 +65,7 @@ def unsupported(qtype: int, k: int) -> str | None:
     return None
 
 
-# the kernels' SIMD levels (ggml_blocks.c gg_simd): every level computes the same bits
+# the kernels' SIMD levels (gguf_dispatch.c gg_simd): every level computes the same bits
 SIMD_LEVELS: dict[int, str] = {0: "scalar", 2: "avx2", 3: "avx512"}
 
 

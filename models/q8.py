@@ -42,7 +42,7 @@ _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_layer_scratch": ([_P, _I64], _I64),
     "specd_kernel_omp_entry": ([], _P),
     "specd_kernel_set_threads": ([_I32], None),
-    # ggml_blocks.c: GGUF-native block formats (specd.models.gguf_linear)
+    # gguf_*.c: GGUF-native block formats (specd.models.gguf_linear)
     "gg_row_bytes": ([_I32, _I64], _I64),
     "gg_act_bytes": ([_I32, _I64], _I64),
     "gg_simd": ([], _I32),

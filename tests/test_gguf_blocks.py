@@ -1,4 +1,4 @@
-"""specd's kernels over GGUF's own block formats (models/csrc/ggml_blocks.c, specd.models.gguf_linear):
+"""specd's kernels over GGUF's own block formats (models/csrc/gguf_*.c, specd.models.gguf_linear):
 per format, the dequantization equals gguf-py's bit for bit (random valid blocks, blocks gguf-py
 quantized, and real tensors of the pulled GGUF files); the linear against a float64 reference on
 the dequantized weights and the identically quantized activations; the AVX2 path equal to the
@@ -315,7 +315,7 @@ def test_real_tensors_dequantize_like_gguf_py(model: str) -> None:
 
 
 def test_portable_build_without_simd_gives_the_same_bits(tmp_path: Path) -> None:
-    """ggml_blocks.c built with no x86 SIMD flags (as for another architecture: the scalar
+    """The GGUF kernels (gguf_*.c, with threads.c) built with no x86 SIMD flags (as for another architecture: the scalar
     reference only, gg_simd() == 0) computes the bits this library's best path does."""
     import ctypes
     import shutil
@@ -325,11 +325,10 @@ def test_portable_build_without_simd_gives_the_same_bits(tmp_path: Path) -> None
     if cc is None:
         pytest.skip("no C compiler")
     src = Path(__file__).resolve().parent.parent / "models" / "csrc"
-    shim = tmp_path / "team.c"  # q8kernel.c's team size (AVX2-only file), one thread here
-    shim.write_text("int specd_team_size(void) { return 1; }\n")
+    sources = [str(p) for p in sorted(src.glob("gguf_*.c"))] + [str(src / "threads.c")]
     lib_path = tmp_path / "libggportable.so"
     subprocess.run([cc, "-O2", "-std=c11", "-ffp-contract=off", "-fPIC", "-shared", "-I", str(src),
-                    str(src / "ggml_blocks.c"), str(shim), "-o", str(lib_path), "-lm"], check=True, timeout=120)
+                    *sources, "-o", str(lib_path), "-lm"], check=True, timeout=120)
     lib = ctypes.CDLL(str(lib_path))
     P, I64, I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
     lib.gg_gemm.argtypes = [I32, P, I64, I64, P, I64, P, I64]

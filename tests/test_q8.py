@@ -1,4 +1,4 @@
-"""specd's INT8 kernel (models/csrc/q8kernel.c): against a slow reference built from the packed
+"""specd's INT8 kernel (models/csrc/int_linear.c): against a slow reference built from the packed
 numbers, bit-exact batch invariance, the activation quantization, bad shapes, and the exactness
 contract (greedy speculative == greedy target-only) with a tiny model whose target runs on it."""
 

@@ -1,4 +1,4 @@
-"""specd's fused decoder layer (models/csrc/q8layer.c): the same model as the Python loop, to
+"""specd's fused decoder layer (models/csrc/decoder_layer.c): the same model as the Python loop, to
 float rounding; each row's logits independent of the other rows in the forward, bit for bit,
 for causal rows and for token-tree rows; and the KV cache it writes is the one decoding writes."""
 

@@ -1,4 +1,4 @@
-/* AVX2 helpers shared by specd's kernels (q8kernel.c, q8layer.c). */
+/* AVX2 helpers shared by specd's kernels (int_linear.c, decoder_layer.c). */
 #ifndef SPECD_AVX2_H
 #define SPECD_AVX2_H
 #include <immintrin.h>

@@ -1,5 +1,9 @@
-/* The ABI's own two functions (kernel_abi.h): the version, and the text describing every exported
- * function and index table, generated from the one list the prototypes come from. */
+/* The library's identity: the ABI's own two functions (kernel_abi.h: the version, and the text
+ * describing every exported function and index table, generated from the one list the prototypes
+ * come from) and the Python extension module the package install builds (specd.models._kernels). */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
 #include "kernel_abi.h"
 
 /* the text as string literals: per parameter or table entry "," and its code; the comma right
@@ -25,3 +29,8 @@ __attribute__((constructor)) static void abi_text(void) {
 
 int specd_kernel_abi_version(void) { return SPECD_KERNEL_ABI_VERSION; }
 const char *specd_kernel_abi_signatures(void) { return text; }
+
+/* an importable extension module with no Python-level functions: specd loads the C functions
+ * above through ctypes */
+static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&moduledef); }

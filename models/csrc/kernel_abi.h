@@ -27,13 +27,13 @@
  *   TABLE(name, type code, count, entries): entries a sequence of KA_IDX(enum constant, text name),
  *     the constants 0, 1, ... in order, then `count` (the number of entries). */
 #define SPECD_KERNEL_ABI(FN, TABLE)                                                              \
-    /* q8kernel.c: the INT8 and INT4 linears, their threads */                                   \
+    /* int_linear.c: the INT8 and INT4 linears; threads.c: their threads */                    \
     FN(KR_VOID, q8_linear, KA_P(const uint8_t *w) KA_I64(N) KA_I64(k) KA_P(const float *x) KA_I64(n) \
        KA_P(float *y) KA_P(int8_t *xq) KA_P(float *xd))                                          \
     FN(KR_VOID, q4_linear, KA_P(const uint8_t *w) KA_I64(N) KA_I64(k) KA_P(const float *x) KA_I64(n) \
        KA_P(float *y) KA_P(int8_t *xq) KA_P(float *xd) KA_P(int32_t *xs))                        \
     FN(KR_VOID, q8_quantize, KA_P(const float *x) KA_I64(n) KA_I64(k) KA_P(int8_t *q) KA_P(float *d)) \
-    /* q8layer.c: one decoder layer */                                                           \
+    /* decoder_layer.c: one decoder layer */                                                     \
     FN(KR_VOID, q8_layer, KA_P(const void *const *w) KA_P(const int64_t *d) KA_F32(eps) KA_P(float *x) \
        KA_I64(n) KA_I64(start) KA_P(float *kc) KA_P(float *vc) KA_P(const float *cos)            \
        KA_P(const float *sin) KA_P(const uint8_t *mask) KA_P(float *scratch))                    \
@@ -50,7 +50,7 @@
           KA_IDX(W_QKV_BIAS, qkv_bias))                                                          \
     FN(KR_P(void *), specd_kernel_omp_entry, KA_NONE)                                            \
     FN(KR_VOID, specd_kernel_set_threads, KA_I32(n))                                             \
-    /* the GGML block formats as GGUF stores them (type: ggml's type id, ggml_blocks.h) */       \
+    /* gguf_*.c: the GGML block formats as GGUF stores them (type: ggml's type id, ggml_blocks.h) */ \
     FN(KR_I64, gg_row_bytes, KA_I32(type) KA_I64(k))                                             \
     FN(KR_I64, gg_act_bytes, KA_I32(type) KA_I64(k))                                             \
     FN(KR_I32, gg_simd, KA_NONE)                                                                 \
@@ -108,7 +108,7 @@ SPECD_KERNEL_ABI(KA_PROTOTYPE_, KA_ENUM_)
 int specd_kernel_abi_version(void);
 const char *specd_kernel_abi_signatures(void);
 
-/* internal (not exported): the team size of the kernels' parallel regions, see q8kernel.c */
+/* internal (not exported): the team size of the kernels' parallel regions, see threads.c */
 __attribute__((visibility("hidden"))) int specd_team_size(void);
 
 #endif

@@ -1,6 +1,6 @@
 /* One Qwen2/Llama decoder layer over n new tokens, in C, its linear layers through specd's INT8
- * or INT4 kernel (q8_linear / q4_linear in q8kernel.c) or a GGUF file's own blocks
- * (gg_linear_parts in ggml_blocks.c): what models/decoder.py's Python loop does per layer, without
+ * or INT4 kernel (q8_linear / q4_linear in int_linear.c) or a GGUF file's own blocks
+ * (gg_linear_parts in gguf_dispatch.c): what models/decoder.py's Python loop does per layer, without
  * the ~40 small torch ops per layer that cost a 28-layer model ~25 ms per step on two cores.
  *
  *   h = rms(x) * in_norm;  q, k, v = split(h @ Wqkv + b);  q, k = rope(q), rope(k)
@@ -12,7 +12,7 @@
  * is. Norms, rotary embeddings and activations are per row; attention runs per (row, head) over
  * exactly the keys that row sees, in position order (the cache, then the new tokens the mask
  * lets it see), with fixed 8-lane accumulation; the linears are batch-invariant by construction
- * (q8kernel.c). A row verified among K others therefore equals the same row decoded alone.
+ * (int_linear.c, gguf_kernels.h). A row verified among K others therefore equals the same row decoded alone.
  *
  * Layouts: x [n, H] float32 (updated in place); the layer's KV cache k, v [nkv, cap, hd] float32;
  * cos, sin [n, hd]; mask [n, n] uint8 (1 = may attend) or NULL for causal; scratch: floats, as

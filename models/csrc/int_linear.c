@@ -1,4 +1,4 @@
-/* specd's INT8 x INT8 linear for x86-64 AVX2 (no VNNI needed): weights int8 in blocks of 32
+/* specd's INT8 x INT8 and INT4 x INT8 linears for x86-64 AVX2 (no VNNI needed). INT8: weights int8 in blocks of 32
  * input channels with one fp16 scale per block (llama.cpp's Q8_0 layout: 34 bytes per block),
  * activations quantized per row and per block of 32 to int8 at call time.
  *
@@ -17,13 +17,10 @@
  * the unsigned operand and x takes w's sign (vpsignb). |q| <= 127 on both sides, so a pair sum
  * is at most 2 * 127 * 127 = 32258 and never saturates int16.
  *
- * Threads: OpenMP, sharing torch's pool (see q8_linear); the output channels are split.
+ * Threads: OpenMP, sharing torch's pool (threads.c); the output channels are split.
  *
  * Exported C ABI (prototypes, version, the signature text the loader checks): kernel_abi.h.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
-
 #include <immintrin.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -196,38 +193,6 @@ static void gemm_part(const uint8_t *w, int64_t k, const int8_t *xq, const float
         gemm_rows(w, k, xq, xd, b0, b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, y, ldy, o0, o1);
 }
 
-/* ---------------------------------------------------------------------------------------- */
-/* threads: OpenMP. torch's CPU build ships libgomp with the same soname, so once torch is      */
-/* loaded this library joins torch's thread pool instead of starting a second one (two pools on */
-/* two cores would take turns spinning on each other's cores); torch.set_num_threads applies.   */
-/* The loader checks that sharing (specd_kernel_omp_entry); where the runtime is not torch's it  */
-/* fixes this library's team size once (specd_kernel_set_threads).                              */
-
-double *specd_prof; /* profile.h: NULL unless a profiled forward runs */
-
-/* profile.h: add the kernels' phase seconds into acc[P_COUNT] from now on (NULL: stop) */
-void kernel_profile(double *acc) { specd_prof = acc; }
-
-static int team_threads; /* 0: OpenMP's own count (torch's, when the runtime is shared) */
-
-/* the team size of every parallel region in the kernels: the count set by
- * specd_kernel_set_threads, else omp_get_max_threads() (what a region without a num_threads
- * clause would get) */
-int specd_team_size(void) { return team_threads > 0 ? team_threads : omp_get_max_threads(); }
-
-/* fixes the team size of the kernels' parallel regions at n threads (0: OpenMP's own count) */
-void specd_kernel_set_threads(int n) { team_threads = n > 0 ? n : 0; }
-
-/* the omp_get_max_threads this library is bound to, which identifies its OpenMP runtime (the
- * loader compares it with torch's); NULL when built without OpenMP */
-void *specd_kernel_omp_entry(void) {
-#ifdef _OPENMP
-    return (void *)&omp_get_max_threads;
-#else
-    return NULL;
-#endif
-}
-
 static int64_t split(int64_t total, int parts, int i, int64_t align) {
     int64_t units = (total + align - 1) / align;
     int64_t at = units * i / parts * align;
@@ -395,8 +360,3 @@ void q4_linear(const uint8_t *w, int64_t N, int64_t k, const float *x, int64_t n
 void q8_quantize(const float *x, int64_t n, int64_t k, int8_t *q, float *d) {
     for (int64_t r = 0; r < n; r++) quantize_row(x + r * k, k, q + r * k, d + r * (k / QK));
 }
-
-/* an importable extension module with no Python-level functions: specd loads the C functions
- * above through ctypes */
-static struct PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "_kernels", NULL, -1, NULL};
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&moduledef); }
