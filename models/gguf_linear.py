@@ -11,7 +11,6 @@ bit whatever the other rows in the call (batch-invariant, see the C file).
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
@@ -122,10 +121,7 @@ def _check_part(p: GgufPart, k: int) -> None:
 def repacks_here() -> bool:
     """Whether K-quant weights are repacked at load (``GgufLinear``'s ``repack``): where the
     kernels run AVX2 or AVX-512 VNNI (both have repacked paths; the portable scalar build runs
-    the GGUF layout), unless the environment variable SPECD_GG_REPACK=0 keeps the GGUF layout
-    (A/B runs)."""
-    if os.environ.get("SPECD_GG_REPACK", "1") == "0":
-        return False
+    the GGUF layout)."""
     kernel = q8.kernel()
     with kernel.lock:
         return int(kernel.lib.gg_simd()) >= 2

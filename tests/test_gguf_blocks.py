@@ -158,7 +158,7 @@ LEVELS = simd_levels()  # this CPU's: 0 (scalar reference), 2 (AVX2), 3 (AVX-512
 @pytest.mark.parametrize("qtype", FORMATS, ids=lambda t: t.name)
 def test_every_level_equals_the_reference_for_1_to_20_rows(qtype: T, level: int) -> None:
     """Each SIMD path (the scalar reference run by gg_gemm, AVX2's 4-row tiles, AVX-512's tiles of
-    up to 8 rows, or one of up to 12 for the K-quants) gives every row the reference's bits, for every row count 1..20 (every tile size
+    up to 8 rows for the 32-element formats) gives every row the reference's bits, for every row count 1..20 (every tile size
     and split) and odd numbers of output columns, with and without threads splitting them."""
     for k in WIDTHS[qtype][:2]:
         for cols in (13, 301):
@@ -175,10 +175,9 @@ def test_every_level_equals_the_reference_for_1_to_20_rows(qtype: T, level: int)
 
 @pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
 def test_wide_inputs_in_chunks_equal_the_reference(qtype: T) -> None:
-    """A wide input (8960, the 1.5B target's ffn_down: 35 super-blocks) runs its super-blocks in
-    chunks that keep a row tile's activations in L1, each output's accumulator carried between
-    chunks, and with three row tiles or more each super-block is decoded once for all of them:
-    still the reference's bits for every row count, at every level."""
+    """A wide input (8960, the 1.5B target's ffn_down: 35 super-blocks) in the GGUF layout (19
+    rows: not whole groups of 16, so not repacked): the reference's bits for every row count, at
+    every level."""
     k = 8960
     lin = layer(qtype, 19, k, seed=11)
     x = torch.randn(64, k, generator=torch.Generator().manual_seed(11))

@@ -31,16 +31,19 @@ static int omp_get_thread_num(void) { return 0; }
 /* the activation quantizers by level: AVX-512 runs AVX2's */
 #define QUANTIZE_A32 {gg_quantize_a32_ref, NULL, AVX2_(gg_quantize_a32_avx2), AVX2_(gg_quantize_a32_avx2)}
 #define QUANTIZE_Q8_K {gg_quantize_q8_K_ref, NULL, AVX2_(gg_quantize_q8_K_avx2), AVX2_(gg_quantize_q8_K_avx2)}
-/* the gemms by level over the GGUF layout and over the repacked one */
-#define GEMM_GGUF {gg_gemm_cols_ref, NULL, AVX2_(gg_gemm_cols_avx2), AVX2_(gg_gemm_cols_avx512)}
+/* the gemms by level: the 32-element formats; the K-quants in the GGUF layout (only tensors whose
+ * rows are not whole groups of 16 stay in it where AVX2 runs: AVX-512 runs AVX2's tiles for them);
+ * the repacked K-quants */
+#define GEMM_B32 {gg_gemm_cols_ref, NULL, AVX2_(gg_gemm_cols_avx2), AVX2_(gg_gemm_cols_avx512)}
+#define GEMM_K {gg_gemm_cols_ref, NULL, AVX2_(gg_gemm_cols_avx2), AVX2_(gg_gemm_cols_avx2)}
 #define GEMM_X16 {gg_gemm_cols_x16_unpacked, NULL, AVX2_(gg_gemm_cols_x16_avx2), AVX2_(gg_gemm_cols_x16_avx512)}
 
 static const gg_traits traits[] = {
-    {GG_Q4_0, QK32, sizeof(block_q4_0), GG_ACT_A32, gg_dequantize_q4_0, gg_dot_q4_0_ref, QUANTIZE_A32, GEMM_GGUF},
-    {GG_Q5_0, QK32, sizeof(block_q5_0), GG_ACT_A32, gg_dequantize_q5_0, gg_dot_q5_0_ref, QUANTIZE_A32, GEMM_GGUF},
-    {GG_Q8_0, QK32, sizeof(block_q8_0), GG_ACT_A32, gg_dequantize_q8_0, gg_dot_q8_0_ref, QUANTIZE_A32, GEMM_GGUF},
-    {GG_Q4_K, QK_K, sizeof(block_q4_K), GG_ACT_Q8_K, gg_dequantize_q4_K, gg_dot_q4_K_ref, QUANTIZE_Q8_K, GEMM_GGUF},
-    {GG_Q6_K, QK_K, sizeof(block_q6_K), GG_ACT_Q8_K, gg_dequantize_q6_K, gg_dot_q6_K_ref, QUANTIZE_Q8_K, GEMM_GGUF},
+    {GG_Q4_0, QK32, sizeof(block_q4_0), GG_ACT_A32, gg_dequantize_q4_0, gg_dot_q4_0_ref, QUANTIZE_A32, GEMM_B32},
+    {GG_Q5_0, QK32, sizeof(block_q5_0), GG_ACT_A32, gg_dequantize_q5_0, gg_dot_q5_0_ref, QUANTIZE_A32, GEMM_B32},
+    {GG_Q8_0, QK32, sizeof(block_q8_0), GG_ACT_A32, gg_dequantize_q8_0, gg_dot_q8_0_ref, QUANTIZE_A32, GEMM_B32},
+    {GG_Q4_K, QK_K, sizeof(block_q4_K), GG_ACT_Q8_K, gg_dequantize_q4_K, gg_dot_q4_K_ref, QUANTIZE_Q8_K, GEMM_K},
+    {GG_Q6_K, QK_K, sizeof(block_q6_K), GG_ACT_Q8_K, gg_dequantize_q6_K, gg_dot_q6_K_ref, QUANTIZE_Q8_K, GEMM_K},
     /* repacked (ggml_blocks.h): a row's share of its group of 16 */
     {GG_Q4_K_X16, QK_K, X16_Q4_K_BYTES / 16, GG_ACT_Q8_K, NULL, NULL, QUANTIZE_Q8_K, GEMM_X16},
     {GG_Q6_K_X16, QK_K, X16_Q6_K_BYTES / 16, GG_ACT_Q8_K, NULL, NULL, QUANTIZE_Q8_K, GEMM_X16},

@@ -22,9 +22,8 @@
  *         acc = fma((float) isum, d_w * d_x, acc)   [Q4_K also: acc = fma((float) -msum, dmin_w * d_x, acc)]
  *     where isum is the exact integer sum of scale-weighted code products of the block (Q4_K:
  *     sum_j sc_j * sum_i q_ji x_ji; msum = sum_j m_j * sum_i x_ji; Q6_K: sum_j sc_j * sum_i (q_ji - 32) x_ji).
- * The AVX2 and AVX-512 paths perform exactly these float operations (AVX-512 runs the K-quants'
- * per-row steps for several rows at once, one row per float lane, and may pause a row's
- * accumulation between chunks of super-blocks, keeping it in y), so they equal the scalar reference
+ * The AVX2 and AVX-512 paths perform exactly these float operations (the repacked K-quants' for 8
+ * or 16 output columns at once, one column per float lane), so they equal the scalar reference
  * bit for bit, for every row whatever the number of rows in the call, the row's place in a row tile
  * or the thread count (the threads split the output columns).
  *
@@ -74,8 +73,8 @@
 
 /* SIMD levels (runtime dispatch: gguf_dispatch.c) */
 /* The dot products a call runs: GG_LEVEL_SCALAR (the reference), GG_LEVEL_AVX2 (AVX2 + FMA +
- * F16C; the file's baseline on x86-64), GG_LEVEL_AVX512 (AVX-512 F/BW/VL/DQ + VNNI: 512-bit
- * K-quant tiles of up to 8 rows and vpdpbusd for the 32-element formats). Every level computes
+ * F16C; the build's baseline on x86-64), GG_LEVEL_AVX512 (AVX-512 F/BW/VL/DQ + VNNI: the repacked
+ * K-quants' 16-column tiles of up to 8 rows and vpdpbusd for the 32-element formats). Every level computes
  * the same bits (the header's float order; integer sums are exact whatever the SIMD split). */
 enum { GG_LEVEL_SCALAR = 0, GG_LEVEL_AVX2 = 2, GG_LEVEL_AVX512 = 3 };
 #define GG_LEVELS 4 /* (level 1 unused) */
