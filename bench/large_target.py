@@ -11,7 +11,7 @@ qwen2.5-coder-7b --out /tmp/qwen7b-shape.gguf``; real weights work the same), in
   tokens (K + 1 for K = 0 .. 8) after ``--depth`` cached tokens, ``--reps`` rounds with the order
   of n alternating, each round the median of 3 forwards;
 - llama-bench on the same file, same threads: pp512, tg32 at depth ``--depth``, and its own T(n)
-  (pp1 .. pp9 at that depth);
+  (pp1, 2, 3, 5, 9 at that depth, two repetitions);
 - the speedup the cost model predicts for the default draft at acceptance 0.5 .. 0.9 with the
   draft step ``--draft-ms`` (measured with the default 0.5B draft; ``specd models info`` or
   ``specd bench --profile`` give it on a new machine), labelled a prediction.
@@ -39,6 +39,7 @@ from specd.models.memory import rss_bytes
 from specd.models.step_bytes import step_bytes
 
 NS = tuple(range(1, 10))
+LLAMA_NS = (1, 2, 3, 5, 9)
 ACCEPTANCE = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
@@ -120,7 +121,9 @@ def main() -> int:
     bins = None if args.no_llama else find_binaries()
     if bins is not None:
         figs = run_llama_bench(bins, args.gguf, args.threads, prompts=(512,), gens=(32,), repetitions=3)
-        deep = run_llama_bench(bins, args.gguf, args.threads, prompts=NS, gens=(32,), repetitions=3,
+        # every test re-processes the depth first (untimed, but minutes for a 7B on 2 cores): a
+        # subset of n and two repetitions
+        deep = run_llama_bench(bins, args.gguf, args.threads, prompts=LLAMA_NS, gens=(32,), repetitions=2,
                                depth=args.depth)
         doc["llama_bench"] = {
             "version": bins.version,
