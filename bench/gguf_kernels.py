@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Microbenchmark of specd's GGUF-native linears (models/csrc/ggml_blocks.c) on the target's
+"""Microbenchmark of specd's GGUF-native linears (models/csrc/gguf_*.c) on the target's
 shapes: per block format and row count, the median time of one linear over random valid blocks,
 for each SIMD level the CPU has (gg_set_simd), and the summed time of one decoder layer's
 linears. Run under the shared CPU lock:

@@ -27,7 +27,7 @@ from specd.models.registry import PUBLISHED, cache_root
 
 COSTS_KEY_VERSION = "costs-v4"  # bump when what the cost curve measures changes (v4: repacked GGUF kernels)
 # environment variables that change which kernels run (a curve measured under one misleads another)
-KERNEL_ENV = ("SPECD_GG_SIMD", "SPECD_GG_REPACK")
+KERNEL_ENV = ("SPECD_GG_SIMD",)
 
 
 def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
