@@ -43,19 +43,6 @@ LLAMA_NS = (1, 2, 3, 5, 9)
 ACCEPTANCE = (0.5, 0.6, 0.7, 0.8, 0.9)
 
 
-def predicted_speedup(cost: CostModel, alpha: float, k_max: int = 8) -> tuple[float, int]:
-    """The best expected speedup over target-only and its K, for i.i.d. acceptance ``alpha`` per
-    draft: a round of K drafts emits (1 - alpha^(K+1)) / (1 - alpha) tokens for K draft steps and
-    one T(K+1) forward. K = 0 is target-only (1.0)."""
-    best, best_k = 1.0, 0
-    for k in range(1, k_max + 1):
-        tokens = (1 - alpha ** (k + 1)) / (1 - alpha)
-        speed = tokens * cost.target(1) / (k * cost.draft_ms + cost.target(k + 1))
-        if speed > best:
-            best, best_k = speed, k
-    return best, best_k
-
-
 def specd_curve(model, depth: int, reps: int, vocab: int) -> tuple[dict[int, list[float]], float]:
     """T(n) samples (ms) after ``depth`` cached tokens, and the timed prefill of those tokens (ms)."""
     g = torch.Generator().manual_seed(0)
@@ -146,7 +133,7 @@ def main() -> int:
         doc["draft_T1_ms"] = round(draft_ms, 2)
     cost = CostModel(draft_ms, tuple(curve[n] for n in NS))
     doc["prediction"] = {str(a): dict(zip(("speedup", "k"), (round(s, 2), k)))
-                         for a in ACCEPTANCE for s, k in [predicted_speedup(cost, a)]}
+                         for a in ACCEPTANCE for s, k in [cost.predicted_speedup(a)]}
     print(f"predicted speedup with the default draft ({draft_ms:.1f} ms a step; a prediction, not a measurement): "
           + ", ".join(f"acceptance {a}: {v['speedup']}x (K={v['k']})" for a, v in doc["prediction"].items()))
     if args.out:

@@ -209,7 +209,7 @@ def test_profile_scenario_through_a_real_daemon(tiny_pair, two_tasks, tmp_path, 
     out = tmp_path / "out"
     code, stdout, stderr = bench(
         capsys, "--profile", "--target", str(target), "--draft", str(draft), "--tasks-file", str(two_tasks),
-        "--k", "2", "--reps", "1", "--max-tokens", "12", "--threads", "1", "--out", str(out))
+        "--k", "auto", "--reps", "1", "--max-tokens", "12", "--threads", "1", "--out", str(out))
     assert code == 0, stderr
     doc = json.loads((out / "results.json").read_text())
     assert doc["scenario"] == "profile" and len(doc["runs"]) == 2 * 2  # tasks x modes
@@ -222,4 +222,8 @@ def test_profile_scenario_through_a_real_daemon(tiny_pair, two_tasks, tmp_path, 
     assert "draft" not in target_only["per_token_ms"] and "draft" in doc["summary"]["spec"]["per_token_ms"]
     assert target_only["target_step_ms"]["n"] == sum(r["stats"]["rounds"] for r in doc["runs"] if r["mode"] == "target")
     assert "ms per token" in stdout and "target.forward" in stdout
+    # K auto: the daemon's measured step costs, and the speedup they predict
+    costs = doc["step_costs"]
+    assert costs["draft_ms"] > 0 and len(costs["verify_ms"]) >= 2
+    assert {"0.5", "0.9"} <= set(doc["prediction"]["speedup_at"]) and "predicted speedup" in stdout
     assert (out / "report.md").read_text().startswith("# specd bench --scenario profile")

@@ -193,3 +193,14 @@ def test_free_drafts_are_priced_by_the_verification_curve() -> None:
         steep.observe_free(drafted=first, accepted=0)
     assert steep.choose_free() < first
     assert steep.budget([0], tokens_left=3).free_k <= 2  # never past the tokens left
+
+
+def test_predicted_speedup_follows_the_cost_curve() -> None:
+    from specd.engine.policy import CostModel
+
+    free = CostModel(0.0, tuple([10.0] * 9))  # drafts and extra verified rows cost nothing
+    speed, k = free.predicted_speedup(0.999)
+    assert k == 8 and speed == pytest.approx(sum(0.999 ** i for i in range(9)), rel=1e-6)
+    assert free.predicted_speedup(0.0) == (1.0, 0)  # nothing accepted: target-only
+    steep = CostModel(5.0, tuple(10.0 * n for n in range(1, 10)))  # verifying n rows costs n steps
+    assert steep.predicted_speedup(0.9) == (1.0, 0)  # never pays, whatever the acceptance

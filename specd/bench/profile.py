@@ -78,9 +78,14 @@ async def run_profile(bench: ProfileBench) -> dict[str, Any]:
             await client.close()
             if daemon is not None:
                 daemon.stop()
-    return {"scenario": "profile", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
-            "reps": bench.reps, "tasks": [t.id for t in bench.tasks], "runs": runs,
-            "summary": {mode: summarize([r for r in runs if r["mode"] == mode]) for mode in bench.modes}}
+    doc = {"scenario": "profile", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
+           "reps": bench.reps, "tasks": [t.id for t in bench.tasks], "runs": runs,
+           "summary": {mode: summarize([r for r in runs if r["mode"] == mode]) for mode in bench.modes}}
+    costs = (health.get("backend") or {}).get("step_costs")
+    if costs:
+        doc["step_costs"] = costs
+        doc["prediction"] = prediction(costs, runs)
+    return doc
 
 
 async def _runs(bench: ProfileBench, client: SocketClient) -> list[dict[str, Any]]:
@@ -137,6 +142,24 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+ACCEPTANCE = (0.5, 0.6, 0.7, 0.8, 0.9)
+
+
+def prediction(costs: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The speedup over target-only that the daemon's measured step costs predict at acceptance
+    0.5 .. 0.9 and at the acceptance this run measured (drafts accepted / drafted, spec mode)."""
+    from specd.engine.policy import CostModel
+
+    cost = CostModel(float(costs["draft_ms"]), tuple(float(v) for v in costs["verify_ms"]))
+    rounds = [x for r in runs if r["mode"] == "spec" for x in r["timeline"]["rounds"] if x["drafted"]]
+    drafted = sum(x["drafted"] for x in rounds)
+    measured = sum(x["accepted"] for x in rounds) / drafted if drafted else None
+    points = list(ACCEPTANCE) + ([round(measured, 3)] if measured is not None else [])
+    return {"measured_acceptance": measured,
+            "speedup_at": {str(a): dict(zip(("speedup", "k"), (round(sp, 3), k)))
+                           for a in points for sp, k in [cost.predicted_speedup(min(a, 0.999))]}}
+
+
 def _step_spread(run: dict[str, Any]) -> float | None:
     """p90/p10 of a request's one-token target steps (rounds without drafts), when it has 10+."""
     steps = [x["models"]["target"]["forward"] for x in run["timeline"]["rounds"]
@@ -175,6 +198,14 @@ def text_table(doc: dict[str, Any]) -> str:
             per = sp["per_request"]
             lines.append(f"{m}: one-token target step {cell(s['target_step_ms'])} ms over {s['target_step_ms']['n']} steps; "
                          f"p90/p10 per request {per['median'] if per else '-'} (median), over all steps {sp['all_steps']}")
+    if doc.get("prediction"):
+        c, p = doc["step_costs"], doc["prediction"]
+        lines.append(f"step costs measured by the daemon: draft {c['draft_ms']:.1f} ms, target over n = 1, 2, 3, 5 "
+                     f"tokens {', '.join(f'{v:.1f}' for v in [c['verify_ms'][i] for i in (0, 1, 2, 4) if i < len(c['verify_ms'])])} ms")
+        acc = p["measured_acceptance"]
+        lines.append("predicted speedup over target-only (a prediction from those costs, i.i.d. acceptance): " +
+                     ", ".join(f"{a}: {v['speedup']:.2f}x (K={v['k']})" for a, v in p["speedup_at"].items()) +
+                     (f"; this run's acceptance {acc:.3f}" if acc is not None else ""))
     return "\n".join(lines)
 
 

@@ -273,7 +273,13 @@ class Engine:
         return json.loads(json.dumps(dataclasses.asdict(self.config), default=str))
 
     def health(self) -> dict:
-        return {"ok": True, "backend": "local"}
+        """``step_costs``: the measured costs K auto chooses from (``draft_ms``, ``verify_ms`` for
+        n = 1, 2, ... tokens), when K is auto and there is a drafter."""
+        out: dict = {"ok": True, "backend": "local"}
+        if self._policy is not None:
+            cost = self._policy.cost
+            out["step_costs"] = {"draft_ms": round(cost.draft_ms, 3), "verify_ms": [round(v, 3) for v in cost.verify_ms]}
+        return out
 
     def warm(self, request: CompletionRequest, cancelled: Callable[[], bool] | None = None) -> int:
         """Bring both models' caches (and the prefix cache) up to the prompt ``request`` would

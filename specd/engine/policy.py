@@ -102,6 +102,19 @@ class CostModel:
         a, b = self.verify_ms[-2], self.verify_ms[-1]
         return b + (b - a) * (n - len(self.verify_ms))
 
+    def predicted_speedup(self, alpha: float, k_max: int = 8) -> tuple[float, int]:
+        """The best speedup over target-only this cost curve allows at an i.i.d. acceptance
+        ``alpha`` per draft, and its K: a round of K drafts emits (1 - alpha^(K+1)) / (1 - alpha)
+        tokens for K draft steps and one T(K+1) forward; K = 0 (target-only) is 1.0. A
+        prediction: real acceptance is neither i.i.d. nor constant."""
+        best, best_k = 1.0, 0
+        for k in range(1, k_max + 1):
+            tokens = float(k + 1) if alpha >= 1.0 else (1 - alpha ** (k + 1)) / (1 - alpha)
+            speed = tokens * self.target(1) / (k * self.draft_ms + self.target(k + 1))
+            if speed > best:
+                best, best_k = speed, k
+        return best, best_k
+
     def to_json(self) -> str:
         return json.dumps({"draft_ms": self.draft_ms, "verify_ms": list(self.verify_ms)})
 
@@ -185,6 +198,7 @@ class StructureK(_Budgets):
         self.classify = classify
         self.min_prob = min_prob
         self.k_max = k_max
+        self.cost = cost
         self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
         self.current = "code"
         self.rounds = {kind: 0 for kind in self.policies}
