@@ -20,6 +20,7 @@ from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
 from specd.models.gguf_model import FLOAT_TYPES, GgufFile, TensorInfo
 from specd.models.modes import AUTO_QUANT, GGUF_QUANT, auto_target_quant
+from specd.models import hub_gguf
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED
 
@@ -118,7 +119,7 @@ def _local_path(spec: str) -> Path | None:
         return path
     if path.is_dir() and (path / "config.json").exists():
         return path
-    return None
+    return hub_gguf.cached_path(spec)  # a hub repository's GGUF already downloaded, else None
 
 
 def available_memory() -> tuple[int, str] | None:

@@ -27,6 +27,7 @@ from specd.models.pull import converted_dir, gguf_path, is_pulled, recorded_sha2
 from specd.models.quantize import check_mode, compute_dtype, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
 from specd.models.tokenizer import Tokenizer
+from specd.models import hub_gguf
 from specd.models.weights import LazyWeights
 
 if TYPE_CHECKING:  # a type only: the ONNX Runtime backend is imported when a model runs on it
@@ -65,6 +66,8 @@ def resolve(spec: str) -> ModelSource:
         if path.suffix != ".gguf":
             raise ModelError(f"{path}: a model file must be .gguf (or pass a Hugging Face directory)")
         return _local_gguf(path)
+    if hub_gguf.is_hub_gguf(spec):  # owner/repo:file.gguf or owner/repo:QUANT
+        return _local_gguf(hub_gguf.local_path(spec))
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ModelError(f"{path}: not a model directory (no config.json)")
@@ -73,7 +76,8 @@ def resolve(spec: str) -> ModelSource:
         return ModelSource(_from_hub(spec))
     known = ", ".join(sorted(PUBLISHED))
     raise ModelError(
-        f"unknown model {spec!r}: use one of {known}, a .gguf file, a Hugging Face directory or hub id"
+        f"unknown model {spec!r}: use one of {known}, a .gguf file, a Hugging Face directory or hub id, "
+        f"or a GGUF in a hub repository (owner/repo:file.gguf or owner/repo:QUANT)"
     )
 
 
@@ -236,8 +240,10 @@ def load_model(
 
 
 def is_gguf_source(spec: str) -> bool:
-    """Whether ``spec`` names a GGUF file: a published model, or a ``.gguf`` path."""
-    return spec in PUBLISHED or (spec.endswith(".gguf") and Path(spec).expanduser().is_file())
+    """Whether ``spec`` names a GGUF file: a published model, a ``.gguf`` path, or a GGUF in a
+    Hugging Face repository (``specd.models.hub_gguf``; not fetched to answer)."""
+    return (spec in PUBLISHED or (spec.endswith(".gguf") and Path(spec).expanduser().is_file())
+            or hub_gguf.is_hub_gguf(spec))
 
 
 def _gguf_source(spec: str) -> tuple[Path, Path]:
@@ -251,6 +257,9 @@ def _gguf_source(spec: str) -> tuple[Path, Path]:
         return path, converted_dir(m)
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
+        return path, _converted_path(path)
+    if hub_gguf.is_hub_gguf(spec):
+        path = hub_gguf.local_path(spec)
         return path, _converted_path(path)
     raise ModelError(f"{spec}: quant mode gguf runs a GGUF file's own weight blocks, and {spec!r} is not a "
                      f".gguf file or a published model; use int8 / int4 / bf16 for it")

@@ -18,7 +18,7 @@ import torch
 from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, measure_costs
-from specd.models import q8
+from specd.models import hub_gguf, q8
 from specd.models.footprint import Footprint, NotEnoughMemory, available_memory, estimate
 from specd.models.loader import load_model, resolve
 from specd.models.protocol import CausalLM
@@ -108,6 +108,8 @@ def gguf_file(spec: str | None) -> Path | None:
         return None
     if spec in PUBLISHED:
         return gguf_path(PUBLISHED[spec])
+    if hub_gguf.is_hub_gguf(spec) and not Path(spec).expanduser().is_file():
+        return hub_gguf.local_path(spec)
     return Path(spec).expanduser() if spec.endswith(".gguf") else None
 
 
