@@ -208,9 +208,12 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
         const int64_t m8max = (start + n + 7) / 8 * 8;
         int64_t *pos = malloc((start + n) * sizeof(int64_t));
         float *sc = malloc(GMAX * m8max * sizeof(float));
+        /* (kv head, row) pairs, kv head major: a thread's static share takes one kv head's rows in
+         * turn while its keys and values are still in cache (a verification's rows read the same
+         * cache). Each pair's arithmetic is the same whatever the order. */
 #pragma omp for schedule(static)
         for (int64_t t = 0; t < n * nkv; t++) {
-            const int64_t i = t / nkv, g = t % nkv;
+            const int64_t g = t / n, i = t % n;
             int64_t m = 0;
             for (int64_t p = 0; p < start; p++) pos[m++] = p;
             for (int64_t j = 0; j < n; j++)

@@ -178,6 +178,19 @@ GG_T512 static inline __m512i bcast4(const int8_t *q) {
     return _mm512_set1_epi32(v);
 }
 
+/* acc += the dot of w's 16 int32 lanes' 4 u8 codes with the 4 int8 codes at q (vpdpbusd with q
+ * broadcast from memory in the instruction itself, {1to16}: no separate broadcast uop; compilers
+ * do not fold _mm512_set1_epi32 from memory into it). GG_NO_EMBEDDED_BCAST: the intrinsic form. */
+typedef int32_t __attribute__((may_alias)) gg_i32_alias;
+GG_T512 static inline __m512i dpbusd_b4(__m512i acc, __m512i w, const int8_t *q) {
+#ifdef GG_NO_EMBEDDED_BCAST
+    return _mm512_dpbusd_epi32(acc, w, bcast4(q));
+#else
+    __asm__("vpdpbusd %[q]%{1to16%}, %[w], %[acc]" : [acc] "+v"(acc) : [w] "v"(w), [q] "m"(*(const gg_i32_alias *)q));
+    return acc;
+#endif
+}
+
 /* Q4_K_X16: group g (nsb repacked super-blocks at w) against R rows (R <= 8) of Q8_K activations
  * xr[j]; bs[j][8 i + s] = row j's sum of the codes of sub-block s of super-block i (int16);
  * out[16 j + c] = row j's output of column c */
@@ -200,8 +213,8 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 for (int j = 0; j < R; j++) {
                     const int8_t *q = xr[j][i].qs + 32 * s + 4 * h;
-                    sub[j] = _mm512_dpbusd_epi32(sub[j], lo, bcast4(q));
-                    sub2[j] = _mm512_dpbusd_epi32(sub2[j], hi, bcast4(q + 16));
+                    sub[j] = dpbusd_b4(sub[j], lo, q);
+                    sub2[j] = dpbusd_b4(sub2[j], hi, q + 16);
                 }
             }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + X16_Q4_K_SC + 16 * s)));
@@ -252,9 +265,9 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
                                                _mm512_and_si512(_mm512_srli_epi16(u, 2), m30));
             for (int j = 0; j < R; j++) {
                 const int8_t *q = xr[j][i].qs + 16 * s;
-                const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q0, bcast4(q));
-                const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q2, bcast4(q + 8));
-                sub[j] = _mm512_add_epi32(_mm512_dpbusd_epi32(a, q1, bcast4(q + 4)), _mm512_dpbusd_epi32(b, q3, bcast4(q + 12)));
+                const __m512i a = dpbusd_b4(_mm512_setzero_si512(), q0, q);
+                const __m512i b = dpbusd_b4(_mm512_setzero_si512(), q2, q + 8);
+                sub[j] = _mm512_add_epi32(dpbusd_b4(a, q1, q + 4), dpbusd_b4(b, q3, q + 12));
             }
             const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(w + X16_Q6_K_SC + 16 * s)));
             for (int j = 0; j < R; j++) isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(sub[j], sc));
