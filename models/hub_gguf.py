@@ -11,6 +11,7 @@ refused: join it with llama.cpp's ``llama-gguf-split --merge`` and pass the file
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -42,6 +43,19 @@ def pick(files: list[str], tag: str, repo: str) -> str:
     raise ModelError(f"{repo}: {tag!r} matches several files ({', '.join(whole)}): name one as {repo}:FILE")
 
 
+def _hub_options() -> dict:
+    """The cache and offline settings as the environment has them now (huggingface_hub reads them
+    once, at its import; a caller that sets them later is still obeyed)."""
+    env = os.environ
+    options: dict = {}
+    cache = env.get("HF_HUB_CACHE") or (os.path.join(env["HF_HOME"], "hub") if env.get("HF_HOME") else None)
+    if cache:
+        options["cache_dir"] = cache
+    if env.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        options["local_files_only"] = True
+    return options
+
+
 def local_path(spec: str) -> Path:
     """The downloaded file (downloading it once); ModelError when it cannot be had."""
     m = SPEC.fullmatch(spec)
@@ -52,13 +66,17 @@ def local_path(spec: str) -> Path:
         # imported here: only hub sources need it, and it takes a while to import
         from huggingface_hub import hf_hub_download, list_repo_files
 
+        options = _hub_options()
         if what.lower().endswith(".gguf"):
             name = what
+        elif options.get("local_files_only"):
+            raise ModelError(f"{spec}: offline (HF_HUB_OFFLINE), a quant tag cannot be looked up: name the file, "
+                             f"{repo}:FILE.gguf")
         else:
             name = pick(list_repo_files(repo), what, repo)
         if _SPLIT.search(name):
             pick([name], Path(name).name, repo)  # the split-file refusal
-        return Path(hf_hub_download(repo, name))
+        return Path(hf_hub_download(repo, name, **options))
     except ModelError:
         raise
     except Exception as e:
@@ -74,7 +92,7 @@ def cached_path(spec: str) -> Path | None:
     try:
         from huggingface_hub import try_to_load_from_cache
 
-        found = try_to_load_from_cache(m["repo"], m["what"])
+        found = try_to_load_from_cache(m["repo"], m["what"], cache_dir=_hub_options().get("cache_dir"))
     except Exception:
         return None
     return Path(found) if isinstance(found, str) else None

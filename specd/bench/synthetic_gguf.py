@@ -181,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     source = args.tokenizer_from
     if source is None:
-        from specd.models.pull import gguf_path
-        from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+        from specd.app import gguf_file
+        from specd.models.registry import DEFAULT_TARGET
 
-        source = gguf_path(PUBLISHED[DEFAULT_TARGET])
-        if not source.is_file():
+        source = gguf_file(DEFAULT_TARGET)
+        if source is None or not source.is_file():
             print(f"no tokenizer source: {source} is not pulled (specd models pull), or pass --tokenizer-from",
                   file=sys.stderr)
             return 2
