@@ -78,6 +78,22 @@ def _default_out() -> Path:
     return base / time.strftime("%Y%m%d-%H%M%S")
 
 
+def _out_dir(args: argparse.Namespace) -> Path:
+    """``--out`` (default :func:`_default_out`), created; BenchError when it cannot be."""
+    out = args.out or _default_out()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise BenchError(f"--out {out}: {e}") from e
+    return out
+
+
+def _tasks(args: argparse.Namespace) -> list:
+    """The tasks ``--tasks-file`` / ``--tasks`` select (``--quick`` without ``--tasks``: one per category)."""
+    tasks = select_tasks(load_tasks(args.tasks_file), args.tasks)
+    return quick_tasks(tasks) if args.quick and not args.tasks else tasks
+
+
 def remote_config(args: argparse.Namespace) -> RemoteConfig:
     """The remote server's settings for mode ``remote``: the config file's ``[daemon]`` keys (as
     ``specd serve`` reads them) with the flags on top."""
@@ -112,9 +128,7 @@ def _bench(args: argparse.Namespace) -> int:
             w, max_prefix_tokens=min(w.max_prefix_tokens, 384), max_suffix_tokens=min(w.max_suffix_tokens, 64)))
     kv = args.kv or ("warm" if args.quick else "cold")
     modes = parse_modes(args.modes or "target,spec", config.k)
-    tasks = select_tasks(load_tasks(args.tasks_file), args.tasks)
-    if args.quick and not args.tasks:
-        tasks = quick_tasks(tasks)
+    tasks = _tasks(args)
     reps = args.reps if args.reps is not None else (2 if args.quick else 3)
     max_tokens = args.max_tokens if args.max_tokens is not None else (32 if args.quick else 64)
     if any(m.auto for m in modes):
@@ -132,11 +146,7 @@ def _bench(args: argparse.Namespace) -> int:
         if plots_note:
             plots = False
             print(f"specd bench: note: {plots_note}", file=sys.stderr, flush=True)
-    out = args.out or _default_out()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BenchError(f"--out {out}: {e}") from e
+    out = _out_dir(args)
     doc = run_bench(bench)
     if plots_note:
         doc["notes"].append(plots_note)
@@ -163,15 +173,9 @@ def profile_bench(args: argparse.Namespace) -> int:
     from specd.bench.machine import machine_info
     from specd.cli.flags import engine_argv
 
-    tasks = select_tasks(load_tasks(args.tasks_file), args.tasks)
-    if args.quick and not args.tasks:
-        tasks = quick_tasks(tasks)
+    tasks = _tasks(args)
     modes = tuple(m.strip() for m in (args.modes or "target,spec").split(",") if m.strip())
-    out = args.out or _default_out()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BenchError(f"--out {out}: {e}") from e
+    out = _out_dir(args)
     flags = engine_argv(args)
     serve = None if args.socket else (lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags])
     bench = profile.ProfileBench(
