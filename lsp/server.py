@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import logging
 import sys
+import time
 from threading import Event
 from typing import Any, BinaryIO
 from urllib.parse import unquote
@@ -24,6 +25,7 @@ from specd.lsp.positions import ENCODINGS, EOL, UTF16, index_to_column
 from specd.lsp.protocol import SpecdProtocol
 from specd.lsp.service import CompletionService, Suggestion
 from specd.lsp.settings import LspSettings
+from specd.lsp.status import METHOD as STATUS_METHOD, ReportingBackend, StatusReporter
 
 TRIGGER_CHARACTERS = [".", "(", "[", "{", ",", ":", "=", " ", "\n", ">", "/", "\"", "'"]
 log = logging.getLogger("specd.lsp")
@@ -53,7 +55,9 @@ class SpecdLanguageServer(LanguageServer):
     def __init__(self, backend: Backend, settings: LspSettings, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         super().__init__("specd", "0.1.0", protocol_cls=SpecdProtocol)
         self.max_message_bytes = max_message_bytes
-        self.service = CompletionService(backend, WorkspaceDocuments(self), settings, self.log_warning, self.log_debug)
+        self.status = StatusReporter(lambda params: self.protocol.notify(STATUS_METHOD, params))
+        self.service = CompletionService(ReportingBackend(backend, self.status), WorkspaceDocuments(self), settings,
+                                         self.log_warning, self.log_debug)
         self._background: set[asyncio.Task[Any]] = set()
 
     def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
@@ -144,13 +148,19 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings(),
 
     @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
     async def inline_completion(ls: SpecdLanguageServer, params: types.InlineCompletionParams) -> types.InlineCompletionList:
+        started = time.monotonic()
         s = await ls.service.suggest(params.text_document.uri, params.position.line, params.position.character)
+        if s:
+            ls.status.suggested((time.monotonic() - started) * 1e3)
         return types.InlineCompletionList(items=[inline_item(s)] if s else [])
 
     @server.feature(types.TEXT_DOCUMENT_COMPLETION,
                     types.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS, resolve_provider=False))
     async def completion(ls: SpecdLanguageServer, params: types.CompletionParams) -> types.CompletionList:
+        started = time.monotonic()
         s = await ls.service.suggest(params.text_document.uri, params.position.line, params.position.character)
+        if s:
+            ls.status.suggested((time.monotonic() - started) * 1e3)
         return types.CompletionList(is_incomplete=True, items=[completion_item(s)] if s else [])
 
     @server.feature(types.SHUTDOWN)
