@@ -65,6 +65,9 @@ class CompletionRequest:
     tree: bool | None = setting(None, help="token trees on or off (none: the engine's tree setting)", flag=None)
     context: str = setting("", help="repository context before the FIM block (Qwen's repository format)",
                            flag=None)
+    line_budget_ms: float | None = setting(
+        None, help="once the completion has generated this many ms, end it at the next line end (llama.vim's "
+                   "t_max_predict_ms; 0: the first line only; none: no limit)", flag=None)
     profile: bool = setting(False, help="answer with a timeline of where the time went, round by round "
                                         "(see specd.engine.timeline)", flag=None)
 
@@ -83,6 +86,8 @@ class CompletionRequest:
             raise RequestError("mode", f"must be one of {', '.join(MODES)}, got {self.mode!r}")
         if self.k is not None and (not _int(self.k) or not 0 <= self.k <= K_MAX):
             raise RequestError("k", f"must be an integer in 0..{K_MAX}, got {self.k!r}")
+        if self.line_budget_ms is not None and (not _number(self.line_budget_ms) or self.line_budget_ms < 0):
+            raise RequestError("line_budget_ms", f"must be a number >= 0 or null, got {self.line_budget_ms!r}")
         if not isinstance(self.profile, bool):
             raise RequestError("profile", f"must be true or false, got {self.profile!r}")
         if self.tree is not None and not isinstance(self.tree, bool):

@@ -26,6 +26,7 @@ from specd.engine.prompt import PromptBuilder
 from specd.engine.sampling import SamplingParams, sampling_params
 from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
+from specd.engine.line_budget import LineBudget
 from specd.engine.suffix import SuffixGuard
 from specd.engine.textstream import TextStream
 from specd.engine.results import Completion, GenerationStats
@@ -174,8 +175,9 @@ class Engine:
         draft_prompt = self.draft_window.cut(prompt)
         base = self._drafter_for(self.config.tree == "on" if request.tree is None else request.tree, draft_prompt)
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
+        budget = LineBudget(request.line_budget_ms)
         stream = TextStream(self.tokenizer, request.stop, on_delta,
-                            (SuffixGuard(request.suffix), CodeEnd(request.prefix)))
+                            (SuffixGuard(request.suffix), CodeEnd(request.prefix), budget))
 
         def on_round(tokens: list[int]) -> bool:
             if cancelled is not None and cancelled():
@@ -204,7 +206,9 @@ class Engine:
                 raise
             with timeline.span("finish"):
                 text = stream.finish(tokens)
-                if stats.stop_reason == "stop_string":
+                if stats.stop_reason == "stop_string" and budget.at is not None and budget.at == len(text):
+                    stats.stop_reason = "line_budget"
+                if stats.stop_reason in ("stop_string", "line_budget"):
                     # a round emits several tokens: drop those past the cut, so the tokens returned do
                     # not depend on how many tokens each round happened to verify
                     tokens = _covering(self.tokenizer, tokens, text)

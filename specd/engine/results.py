@@ -39,7 +39,7 @@ class GenerationStats:
     prefill_ms: float = 0.0
     ttft_ms: float = 0.0
     total_ms: float = 0.0
-    stop_reason: str = ""  # "stop_token" | "max_tokens" | "stop_string" | "context" | "cancelled"
+    stop_reason: str = ""  # "stop_token" | "max_tokens" | "stop_string" | "line_budget" | "context" | "cancelled"
 
     @property
     def acceptance_rate(self) -> float:

@@ -36,7 +36,9 @@ class LlamaServerDriver:
                      "seed": request.seed if request.seed is not None else -1})
         if request.stop:
             body["stop"] = list(request.stop)
-        if self.max_predict_ms:
+        if request.line_budget_ms is not None:  # the request's own budget wins over the server's setting
+            body["t_max_predict_ms"] = max(1, round(request.line_budget_ms))  # llama-server: 0 means no limit
+        elif self.max_predict_ms:
             body["t_max_predict_ms"] = self.max_predict_ms
         return body
 
