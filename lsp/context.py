@@ -137,6 +137,11 @@ class OtherFile:
     line: int
 
 
+def file_header(repo: str, current_path: str) -> str:
+    """The repository format's header alone: the repository's and the current file's names."""
+    return f"{REPO_NAME}{neutralise(repo)}\n{FILE_SEP}{neutralise(current_path)}\n"
+
+
 def repo_context(repo: str, current_path: str, others: list[OtherFile], limits: ContextLimits) -> str:
     """The context string; ``others`` most recent first (they are written oldest first); empty
     when no other file has text to show."""

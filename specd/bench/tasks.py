@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import gzip
 import importlib.resources
 import json
 from dataclasses import dataclass, fields
@@ -31,6 +32,7 @@ class Task:
     prefix_tokens: int = 0
     suffix_tokens: int = 0
     seed: int = 0
+    split: str = ""  # dev (settings are chosen on it) | test (figures are reported on it) | "" (no split)
 
     def provenance(self) -> str:
         return f"{self.package} {self.version} {self.file}:{self.line}"
@@ -40,6 +42,12 @@ def default_tasks_path() -> Path:
     """The bench tasks shipped as package data (``specd/bench/data/tasks.jsonl``, which
     ``bench/build_tasks.py`` writes): found in an editable checkout and in an installed wheel."""
     return Path(str(importlib.resources.files("specd.bench").joinpath("data", "tasks.jsonl")))
+
+
+def quality_tasks_path() -> Path:
+    """The quality scenario's tasks (``specd/bench/data/quality.jsonl.gz``, which
+    ``bench/quality_tasks.py`` writes): seven languages, a dev and a test split."""
+    return Path(str(importlib.resources.files("specd.bench").joinpath("data", "quality.jsonl.gz")))
 
 
 def load_tasks(path: Path | None = None) -> list[Task]:
@@ -57,7 +65,8 @@ def load_tasks(path: Path | None = None) -> list[Task]:
         )
     names = {f.name for f in fields(Task)}
     tasks = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    raw_text = (gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()).decode("utf-8")
+    for n, line in enumerate(raw_text.splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -78,7 +87,7 @@ def select_tasks(tasks: list[Task], spec: str | None) -> list[Task]:
     wanted = [s.strip() for s in spec.split(",") if s.strip()]
 
     def hits(task: Task, w: str) -> bool:
-        return w in (task.id, task.category, task.language, task.kind, task.cursor) or fnmatch.fnmatch(task.id, w)
+        return w in (task.id, task.category, task.language, task.kind, task.cursor, task.split) or fnmatch.fnmatch(task.id, w)
 
     for w in wanted:
         if not any(hits(t, w) for t in tasks):

@@ -49,16 +49,26 @@ def register(subparsers: Any) -> None:
                         "is prefilled once, untimed, and every run reuses it (a daemon after the first keystroke)")
     b.add_argument("--no-plots", dest="plots", action="store_false", help="skip the PNG plots")
     b.add_argument("--no-progress", dest="progress", action="store_false", help="no progress bar on stderr")
-    b.add_argument("--scenario", choices=["tasks", "editor", "profile"], default="tasks",
+    b.add_argument("--scenario", choices=["tasks", "editor", "profile", "quality"], default="tasks",
                    help="tasks (default): the FIM task suite; editor: four real files typed key by key through the "
                         "socket, specd lsp and llama-server's /infill (--quick: a few keys per file); profile: "
                         "where each token's time goes in the daemon (draft, verify, layers, attention, head, "
-                        "waiting for the thread team, Python), per-request overhead and the step's spread")
+                        "waiting for the thread team, Python), per-request overhead and the step's spread; "
+                        "quality: suggestions scored against real code in seven languages, specd's daemon "
+                        "beside llama-server's /infill on the same model (exact line, edit similarity, "
+                        "accepted characters)")
     b.add_argument("--profile", dest="scenario", action="store_const", const="profile",
                    help="the same as --scenario profile")
     b.add_argument("--socket", type=Path, default=None,
-                   help="profile scenario: profile the daemon already serving at this socket (default: start "
+                   help="profile and quality scenarios: use the daemon already serving at this socket (default: start "
                         "specd serve with this command's engine flags)")
+    b.add_argument("--split", choices=["dev", "test", "all"], default="test",
+                   help="quality scenario: the task split (dev: where settings are chosen; test, default: "
+                        "where figures are reported)")
+    b.add_argument("--systems", default=None,
+                   help="quality scenario: comma-separated among specd, llama-server (default: both)")
+    b.add_argument("--no-file-header", action="store_true",
+                   help="quality scenario: send specd no repository header (the file's name), unlike specd lsp")
     b.add_argument("--editor-preset", choices=["quick", "short", "full"], default=None,
                    help="editor scenario: keys per file visit and pauses (default full; --quick: quick)")
     b.add_argument("--paths", default=None,
@@ -117,6 +127,10 @@ def _bench(args: argparse.Namespace) -> int:
         return editor_bench(args, _default_out)
     if args.scenario == "profile":
         return profile_bench(args)
+    if args.scenario == "quality":
+        from specd.cli.bench_quality import quality_bench
+
+        return quality_bench(args, _out_dir)
     # imported here: the bench session builds engines (torch, the models), which the other
     # commands need not load
     from specd.bench.session import BenchConfig, run_bench

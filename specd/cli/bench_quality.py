@@ -1,0 +1,92 @@
+"""``specd bench --scenario quality``: the command's side of ``specd.bench.quality`` (it composes the
+bench with the LSP's post-processing and request context, which the bench itself does not import)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from specd.bench.errors import BenchError
+from specd.bench.tasks import Task, load_tasks, quality_tasks_path, select_tasks
+from specd.lsp.context import file_header
+from specd.lsp.postprocess import postprocess
+
+
+def task_repo(task: Task) -> str:
+    """A repository name for a task's source: its package's name without the version."""
+    name = task.package.split(":", 1)[-1]
+    if "==" in name:
+        name = name.split("==")[0]
+    elif name.count("@") > name.startswith("@"):
+        name = name.rsplit("@", 1)[0]
+    return name.strip("/").split("/")[-1] or "workspace"
+
+
+def lsp_context(task: Task) -> str:
+    """What ``specd lsp`` sends as context for a document with no other recently edited files."""
+    return file_header(task_repo(task), task.file)
+
+
+def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespace], Path]) -> int:
+    from specd.bench import quality
+    from specd.bench.llamacpp_bin import LlamaServer, find_binaries, unavailable_note
+    from specd.bench.machine import machine_info
+    from specd.cli.flags import engine_argv
+    from specd.models.pull import gguf_path
+    from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+
+    path = args.tasks_file or quality_tasks_path()
+    tasks = load_tasks(path)
+    split = args.split
+    if split != "all":
+        tasks = [t for t in tasks if t.split == split]
+        if not tasks:
+            raise BenchError(f"{path} has no {split!r} tasks")
+    tasks = select_tasks(tasks, args.tasks)
+    systems = tuple(s.strip() for s in (args.systems or ",".join(quality.SYSTEMS)).split(",") if s.strip())
+    out = out_dir(args)
+    flags = engine_argv(args)
+    serve = None if args.socket else (lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags])
+    say = (lambda m: print(f"specd bench: {m}", file=sys.stderr, flush=True)) if args.progress else None
+    llama = None
+    if "llama-server" in systems:
+        bins = find_binaries()
+        if bins is None:
+            raise BenchError(f"the quality scenario compares with llama-server: {unavailable_note()} "
+                             "(or pass --systems specd)")
+        if args.target in PUBLISHED:
+            target = gguf_path(PUBLISHED[args.target])
+        elif args.target.endswith(".gguf"):
+            target = Path(args.target)
+        else:
+            raise BenchError(f"llama-server needs the target as a GGUF file; {args.target!r} is not one "
+                             "(or pass --systems specd)")
+        llama = LlamaServer(bins, target, threads=os.cpu_count() or 2, log_path=out / "llama-server.log")
+
+    def bench(server: Any) -> quality.QualityBench:
+        return quality.QualityBench(
+            tasks=tuple(tasks), systems=systems, max_tokens=args.max_tokens if args.max_tokens is not None else 48,
+            serve_argv=serve, socket=args.socket, llama=server, post=postprocess,
+            context=None if args.no_file_header else lsp_context, log_dir=out, log=say)
+
+    if llama is None:
+        doc = quality.run(bench(None))
+    else:
+        bench(object()).check()  # bad input fails before llama-server loads
+        if say:
+            say("starting llama-server")
+        with llama:
+            doc = quality.run(bench(llama))
+    doc["command"] = shlex.join(["specd", *sys.argv[1:]])
+    doc["split"] = split
+    machine = machine_info()
+    doc["machine"] = machine
+    quality.write(doc, out, machine)
+    print(quality.text_table(doc))
+    print(f"wrote {out}/results.json, {out}/report.md")
+    return 0
+
