@@ -11,7 +11,7 @@ import {
 import { DEFAULTS, Settings, Status, launch, serverOptions, statusView } from "./options";
 
 const SECTION = "specd";
-const RESTART_ON = ["command", "args", "languages", "backend", "remoteModel", "configFile"];
+const RESTART_ON = ["command", "args", "languages", "backend", "remoteModel", "remoteTokenizer", "configFile"];
 
 let client: LanguageClient | undefined;
 let output: vscode.OutputChannel;
@@ -26,7 +26,7 @@ function settings(): Settings {
     enable: get("enable"), command: get("command"), args: get("args"), languages: get("languages"),
     maxTokens: get("maxTokens"), prewarm: get("prewarm"), debounce: get("debounce"),
     repoContext: get("repoContext"), requestAhead: get("requestAhead"), backend: get("backend"),
-    remoteModel: get("remoteModel"), configFile: get("configFile"),
+    remoteModel: get("remoteModel"), remoteTokenizer: get("remoteTokenizer"), configFile: get("configFile"),
   };
 }
 
@@ -209,6 +209,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     if (RESTART_ON.some((key) => e.affectsConfiguration(`${SECTION}.${key}`))) {
       log("settings changed: restarting the server");
       await stop();
+      latencyMs = null;
       await start(context);
     } else if (client?.isRunning()) {
       await client.sendNotification(DidChangeConfigurationNotification.type,

@@ -17,6 +17,7 @@ export interface Settings {
   requestAhead: boolean;
   backend: string; // "" | "local" | "in-process" | "openai:URL" | "llama-server:URL"
   remoteModel: string;
+  remoteTokenizer: string;
   configFile: string;
 }
 
@@ -32,6 +33,7 @@ export const DEFAULTS: Settings = {
   requestAhead: true,
   backend: "",
   remoteModel: "",
+  remoteTokenizer: "",
   configFile: "",
 };
 
@@ -86,12 +88,15 @@ export function launch(s: Settings, dir: string = runtimeDir()): Launch {
   } else if (isRemote(backend)) {
     // `specd lsp --config FILE` reads the socket from FILE and starts `specd serve --config FILE`
     // when no daemon listens there: a daemon of this backend's own, beside any local one
-    const key = crypto.createHash("sha256").update(`${backend}\n${s.remoteModel}`).digest("hex").slice(0, 12);
+    const key = crypto.createHash("sha256").update([backend, s.remoteModel, s.remoteTokenizer].join("\n")).digest("hex").slice(0, 12);
     const socket = path.join(dir, `${key}.sock`);
     const lines = ["# written by the specd VS Code extension (setting specd.backend); rewritten at each start",
                    "[daemon]", `backend = ${tomlString(backend)}`, `socket = ${tomlString(socket)}`];
     if (s.remoteModel.trim()) {
       lines.push(`remote_model = ${tomlString(s.remoteModel.trim())}`);
+    }
+    if (s.remoteTokenizer.trim()) {
+      lines.push(`remote_tokenizer = ${tomlString(s.remoteTokenizer.trim())}`);
     }
     const config = { path: path.join(dir, `${key}.toml`), text: lines.join("\n") + "\n" };
     args.push("--config", config.path);
