@@ -118,6 +118,8 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings(),
     @server.feature(types.INITIALIZE)
     def initialize(ls: SpecdLanguageServer, params: types.InitializeParams) -> None:
         ls.service.settings = apply_options(ls.service.settings, params.initialization_options, ls.log_warning)
+        options = params.initialization_options
+        ls.status.enabled = isinstance(options, dict) and options.get("statusNotifications") is True
 
     @server.feature(types.INITIALIZED)
     def initialized(ls: SpecdLanguageServer, params: types.InitializedParams) -> None:

@@ -3,7 +3,9 @@ its status bar; other clients ignore an unknown notification). Parameters: ``{"s
 "ready" | "degraded", "message": str, "latencyMs": float | None}``, ``latencyMs`` being the time
 from the last non-empty suggestion's request to its answer, in this server.
 
-Sent when the backend starts (``loading``, then ``ready`` or ``degraded``), when a completion
+Sent only to a client that asks for it with ``"statusNotifications": true`` in its
+``initializationOptions`` (as rust-analyzer's ``experimental/serverStatus`` is opt-in): when the
+backend starts (``loading``, then ``ready`` or ``degraded``), when a completion
 fails for a reason worth reporting (``degraded``: the daemon is down, the model failed), when one
 succeeds again (``ready``), and after each non-empty suggestion (``ready`` with its latency)."""
 
@@ -23,6 +25,7 @@ Send = Callable[[dict[str, Any]], None]
 class StatusReporter:
     def __init__(self, send: Send) -> None:
         self.send = send
+        self.enabled = False  # the client asked for it
         self.state: str | None = None
         self.message = ""
         self.latency_ms: float | None = None
@@ -33,6 +36,8 @@ class StatusReporter:
         elif state == self.state and message == self.message:
             return  # nothing new
         self.state, self.message = state, message
+        if not self.enabled:
+            return
         try:
             self.send({"state": state, "message": message, "latencyMs": self.latency_ms})
         except Exception:  # no client connected yet, or it is gone

@@ -41,7 +41,8 @@ async def until(seen: list[dict[str, Any]], state: str, limit_s: float = 300.0) 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[*TINY_SERVER, "--in-process"]))
 async def client(lsp_client: LanguageClient):
     lsp_client.seen = watch(lsp_client)  # type: ignore[attr-defined]
-    lsp_client.init_result = await initialize(lsp_client, "visual-studio-code", maxTokens=16, debounce=False)  # type: ignore[attr-defined]
+    lsp_client.init_result = await initialize(lsp_client, "visual-studio-code", maxTokens=16, debounce=False,
+                                                statusNotifications=True)  # type: ignore[attr-defined]
     yield
     await lsp_client.shutdown_session()
 
@@ -66,7 +67,8 @@ async def test_loading_then_ready_with_latency(client: LanguageClient) -> None:
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=[*TINY_SERVER, "--socket", str(NO_DAEMON), "--no-autostart"]))
 async def unreachable(lsp_client: LanguageClient):
     lsp_client.seen = watch(lsp_client)  # type: ignore[attr-defined]
-    lsp_client.init_result = await initialize(lsp_client, "visual-studio-code", debounce=False)  # type: ignore[attr-defined]
+    lsp_client.init_result = await initialize(lsp_client, "visual-studio-code", debounce=False,
+                                                statusNotifications=True)  # type: ignore[attr-defined]
     yield
     await lsp_client.shutdown_session()
 
@@ -81,3 +83,20 @@ async def test_degraded_when_no_daemon(unreachable: LanguageClient) -> None:
     result = await unreachable.text_document_inline_completion_async(inline_params(DOC_URI, position(DOC_TEXT, 2, 4, enc)))
     assert isinstance(result, types.InlineCompletionList) and not result.items
     assert seen[-1]["state"] == "degraded", seen
+
+
+@pytest_lsp.fixture(config=ClientServerConfig(server_command=[*TINY_SERVER, "--in-process"]))
+async def not_asked(lsp_client: LanguageClient):
+    lsp_client.seen = watch(lsp_client)  # type: ignore[attr-defined]
+    lsp_client.init_result = await initialize(lsp_client, "neovim", maxTokens=16, debounce=False)  # type: ignore[attr-defined]
+    yield
+    await lsp_client.shutdown_session()
+
+
+async def test_only_when_asked_for(not_asked: LanguageClient) -> None:
+    enc = encoding_of(not_asked.init_result)  # type: ignore[attr-defined]
+    open_doc(not_asked)
+    result = await not_asked.text_document_inline_completion_async(inline_params(DOC_URI, position(DOC_TEXT, 2, 4, enc)))
+    assert isinstance(result, types.InlineCompletionList) and result.items
+    await asyncio.sleep(0.3)
+    assert not_asked.seen == []  # type: ignore[attr-defined]

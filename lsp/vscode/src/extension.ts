@@ -114,7 +114,7 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
     documentSelector: selector,
     outputChannel: output,
     revealOutputChannelOn: RevealOutputChannelOn.Never,
-    initializationOptions: serverOptions(s),
+    initializationOptions: { ...serverOptions(s), statusNotifications: true },
     initializationFailedHandler: (error) => {
       log(`the server did not initialize: ${error}`);
       setStatus({ state: "degraded", message: `the server did not initialize: ${error}` });

@@ -40,6 +40,7 @@ export const DEFAULTS: Settings = {
 /** The server's options (README, "Editors"): sent as initializationOptions and, when a setting
  * changes, as `workspace/didChangeConfiguration` settings under `specd`. */
 export interface ServerOptions {
+  statusNotifications?: boolean; // initializationOptions only: ask for `specd/status`
   maxTokens: number;
   prewarm: boolean;
   debounce: boolean;
