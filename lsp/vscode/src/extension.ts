@@ -6,7 +6,7 @@ import * as path from "path";
 import * as vscode from "vscode";
 import {
   CloseAction, DidChangeConfigurationNotification, ErrorAction, LanguageClient, LanguageClientOptions,
-  RevealOutputChannelOn, ServerOptions, State, TransportKind,
+  RevealOutputChannelOn, ServerOptions, State,
 } from "vscode-languageclient/node";
 import { DEFAULTS, Settings, Status, launch, serverOptions, statusView } from "./options";
 
@@ -104,7 +104,8 @@ async function start(context: vscode.ExtensionContext): Promise<void> {
     log(`backend ${s.backend}: config ${how.config.path}`);
   }
   const cwd = vscode.workspace.workspaceFolders?.[0]?.uri.fsPath;
-  const server: ServerOptions = { command, args: how.args, transport: TransportKind.stdio, options: { cwd } };
+  // no `transport`: TransportKind.stdio would add a `--stdio` argument, which `specd lsp` does not take
+  const server: ServerOptions = { command, args: how.args, options: { cwd } };
   const languages = s.languages.length ? s.languages : DEFAULTS.languages;
   const selector = languages.includes("*")
     ? [{ scheme: "file" }, { scheme: "untitled" }]

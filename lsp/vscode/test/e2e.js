@@ -23,10 +23,12 @@ function step(name) {
   console.error(`[e2e ${((Date.now() - t0) / 1000).toFixed(1)} s] ${name}`);
 }
 
+// the extension's status bar item: its element's id is VS Code's (prefixed with the extension's),
+// so it is found by its text, "specd" after the state's icon
 async function statusText(page) {
   return page.evaluate(() => {
-    const item = document.querySelector('[id="specd.status"]') ||
-      [...document.querySelectorAll(".statusbar-item")].find((e) => /specd/.test(e.textContent || ""));
+    const item = [...document.querySelectorAll(".statusbar-item")]
+      .find((e) => /(^|\.)specd\.status$/.test(e.id) || /^specd\b/.test((e.textContent || "").trim()));
     if (!item) return null;
     const icon = item.querySelector(".codicon");
     const kind = icon ? [...icon.classList].find((c) => c.startsWith("codicon-") && c !== "codicon-modifier-spin") : "";
@@ -37,7 +39,8 @@ async function statusText(page) {
 // ready, and (fresh: after a restart) no latency shown yet
 async function waitReady(page, fresh) {
   await page.waitForFunction((fresh) => {
-    const item = document.querySelector('[id="specd.status"]');
+    const item = [...document.querySelectorAll(".statusbar-item")]
+      .find((e) => /(^|\.)specd\.status$/.test(e.id) || /^specd\b/.test((e.textContent || "").trim()));
     return item && item.querySelector(".codicon-check") && (!fresh || !/ ms/.test(item.textContent || ""));
   }, fresh, { timeout: LIMIT_MS, polling: 250 });
 }
@@ -64,6 +67,11 @@ async function main() {
       if (phase.settings) {
         fs.writeFileSync(plan.settingsPath, JSON.stringify(phase.settings, null, 2));
         step(`${phase.name}: settings written`);
+        // the extension restarts `specd lsp` when its settings change; code-server's watcher on the
+        // settings file may take its time to notice, so the window is reloaded (as a user would after
+        // editing settings.json by hand): the extension starts again with the new settings
+        await page.reload({ waitUntil: "domcontentloaded", timeout: LIMIT_MS });
+        await page.waitForSelector(".monaco-workbench", { timeout: LIMIT_MS });
         await waitReady(page, true);
         step(`${phase.name}: status ${await statusText(page)}`);
       }
@@ -85,7 +93,8 @@ async function main() {
       await page.waitForSelector(GHOST, { timeout: LIMIT_MS });
       await page.waitForTimeout(400);
       record.ghost = await page.evaluate((sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent), GHOST);
-      await page.waitForFunction(() => / ms/.test(document.querySelector('[id="specd.status"]')?.textContent || ""),
+      await page.waitForFunction(() => [...document.querySelectorAll(".statusbar-item")]
+        .some((e) => /^specd\b.* ms$/.test((e.textContent || "").trim())),
                                  null, { timeout: 10000 }).catch(() => {});
       record.status = await statusText(page);
       step(`${phase.name}: ghost text ${JSON.stringify(record.ghost)}; status ${record.status}`);
