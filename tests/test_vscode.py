@@ -164,8 +164,9 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
     wrapper = run_dir / "specd"  # `specd lsp ...` on the tiny pair (tests/lsp_tiny.py adds `lsp`)
     wrapper.write_text(f"#!/bin/sh\nshift\nexec {sys.executable} {HERE / 'lsp_tiny.py'} \"$@\"\n")
     wrapper.chmod(0o755)
-    fib, calc = ws / "fib.py", ws / "calc.py"
+    fib, off, calc = ws / "fib.py", ws / "off.py", ws / "calc.py"
     fib.write_text("# café\ndef fib(n):\n", encoding="utf-8")
+    off.write_text("def sub(a, b):\n", encoding="utf-8")
     calc.write_text("def add(a, b):\n", encoding="utf-8")
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_RUNTIME_DIR": str(run_dir),
            "XDG_DATA_HOME": str(tmp_path / "xdg-data")}
@@ -186,6 +187,7 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
                   "specd.remoteTokenizer": str(tokenizer)}
         plan = {"settingsPath": str(user_dir / "User" / "settings.json"), "phases": [
             {"name": "local", "file": str(fib), "typed": "    if n"},
+            {"name": "off", "file": str(off), "typed": "    x = ", "toggle": True},
             {"name": "shared", "file": str(calc), "typed": "    return a + ", "settings": shared},
         ]}
         (tmp_path / "plan.json").write_text(json.dumps(plan))
@@ -203,7 +205,7 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
         context = (f"driver rc {drive.returncode}: {drive.stderr[-3000:]}\nresult: {json.dumps(result)[-3000:]}\n"
                    f"{logs(tmp_path / 'cs.log', user_dir / 'logs', run_dir)}")
         assert drive.returncode == 0 and "error" not in result, context
-        phase_local, phase_shared = result["phases"]
+        phase_local, phase_off, phase_shared = result["phases"]
 
         # 1. the tiny model's suggestion, as `specd lsp` gives it for the same text, accepted whole
         expected = inline_suggestion([sys.executable, str(HERE / "lsp_tiny.py"), "--in-process"], fib,
@@ -214,6 +216,10 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
         assert "".join(phase_local["ghost"]).strip(), context
         assert phase_local["saved"] == phase_local["before"] + expected, context
         assert "codicon-check" in phase_local["status"] and " ms" in phase_local["status"], context
+
+        # suggestions toggled off from the status bar: no ghost text
+        assert phase_off["ghost"] == [] and "codicon-circle-slash" in phase_off["status"], context
+        assert phase_off["saved"] == phase_off["before"], context
 
         # 2. a shared server, only the settings changed: its tokens, accepted with Tab
         assert phase_shared["saved"] == phase_shared["before"] + SERVER_TEXT, context

@@ -3,7 +3,9 @@
 // settings and waits for the extension to restart, inserts text at the end of the file, waits for
 // specd's ghost text, screenshots it, accepts it with Tab and saves. Usage:
 //   node e2e.js URL PLAN_JSON OUT_DIR
-// PLAN_JSON: {"settingsPath": abs path, "phases": [{"name", "file": abs path, "typed", "settings"?}]}.
+// PLAN_JSON: {"settingsPath": abs path, "phases": [{"name", "file": abs path, "typed", "settings"?,
+// "toggle"?}]}; a phase with "toggle" clicks the status bar item first (suggestions off), inserts,
+// waits and records what shows (nothing should), without Tab.
 // Writes OUT_DIR/result.json ({steps, phases: [{name, ghost, status, before, saved}], error?}) and
 // OUT_DIR/<phase>.png; the caller (tests/test_vscode.py) checks the saved texts.
 "use strict";
@@ -75,11 +77,23 @@ async function main() {
         await waitReady(page, true);
         step(`${phase.name}: status ${await statusText(page)}`);
       }
+      if (phase.toggle) { // click the status bar item: `specd: Toggle Suggestions`
+        await page.evaluate(() => {
+          const item = [...document.querySelectorAll(".statusbar-item")]
+            .find((e) => /(^|\.)specd\.status$/.test(e.id) || /^specd\b/.test((e.textContent || "").trim()));
+          (item.querySelector("a") || item).click();
+        });
+        await page.waitForFunction(() => [...document.querySelectorAll(".statusbar-item")]
+          .some((e) => /^specd/.test((e.textContent || "").trim()) && e.querySelector(".codicon-circle-slash")),
+                                   null, { timeout: 30000 });
+        step(`${phase.name}: suggestions off (${await statusText(page)})`);
+      }
       const fileName = path.basename(phase.file);
       await page.keyboard.press("Control+P"); // Quick Open
       await page.waitForSelector(".quick-input-widget input", { state: "visible", timeout: 30000 });
-      await page.keyboard.type(fileName);
-      await page.waitForSelector(".quick-input-list .monaco-list-row", { timeout: 30000 });
+      await page.locator(".quick-input-widget input").fill(fileName); // focused, whatever had focus before
+      await page.locator(".quick-input-list .monaco-list-row", { hasText: fileName }).first()
+        .waitFor({ timeout: 30000 });
       await page.keyboard.press("Enter");
       await page.waitForFunction((name) => [...document.querySelectorAll(".tab.active")]
         .some((t) => (t.getAttribute("aria-label") || t.textContent || "").includes(name)), fileName, { timeout: 30000 });
@@ -90,6 +104,16 @@ async function main() {
       record.before = fs.readFileSync(phase.file, "utf8") + phase.typed;
       await page.keyboard.insertText(phase.typed); // one edit: the suggestion is asked for once, here
       step(`${phase.name}: inserted ${JSON.stringify(phase.typed)}`);
+      if (phase.toggle) { // off: no ghost text may come
+        await page.waitForTimeout(phase.quietMs || 5000);
+        record.ghost = await page.evaluate((sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent), GHOST);
+        record.status = await statusText(page);
+        await page.keyboard.press("Control+S");
+        await page.waitForFunction(() => !document.querySelector(".tab.active.dirty"), null, { timeout: 30000 });
+        record.saved = fs.readFileSync(phase.file, "utf8");
+        step(`${phase.name}: ghost text ${JSON.stringify(record.ghost)}; status ${record.status}`);
+        continue;
+      }
       await page.waitForSelector(GHOST, { timeout: LIMIT_MS });
       await page.waitForTimeout(400);
       record.ghost = await page.evaluate((sel) => [...document.querySelectorAll(sel)].map((e) => e.textContent), GHOST);
