@@ -7,11 +7,15 @@ session:
    inserts text, waits for the ghost text, accepts it with Tab, saves, and checks the file is the
    text plus exactly what the same ``specd lsp`` suggests there when asked directly;
 2. the same extension, only its settings changed to a shared server (``specd.backend:
-   "llama-server:URL"``, ``tests/fault_server.py`` standing in for llama-server): the extension
-   restarts ``specd lsp``, which starts ``specd serve --backend ...``; the accepted text must be the
-   server's tokens.
+   "llama-server:URL"``, ``tests/fault_server.py`` standing in for llama-server; the window is
+   reloaded after the settings file is rewritten): ``specd lsp`` starts ``specd serve --backend
+   ...``; the accepted text must be the server's tokens.
 
-Both check the status bar says ready with a latency. Needs Node 20 with npm, Chromium, and
+Both check the status bar says ready with a latency. Between them, suggestions are turned off by
+clicking the status bar item (no ghost text may show); after them, ``specd: Restart the Daemon
+Connection`` restarts ``specd lsp``, and a suggestion from the shared server is accepted again.
+
+Needs Node 20 with npm, Chromium, and
 code-server (``lsp/vscode/test/setup-code-server.sh``, cached in ``~/.cache/specd/vscode-test``;
 it needs a C++ toolchain, a few -dev packages and ripgrep, which ``.ci/run`` installs). Without
 them the test skips, saying why; with ``CI`` set it fails instead (as ``tests/test_lsp_neovim.py``)."""
@@ -164,10 +168,11 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
     wrapper = run_dir / "specd"  # `specd lsp ...` on the tiny pair (tests/lsp_tiny.py adds `lsp`)
     wrapper.write_text(f"#!/bin/sh\nshift\nexec {sys.executable} {HERE / 'lsp_tiny.py'} \"$@\"\n")
     wrapper.chmod(0o755)
-    fib, off, calc = ws / "fib.py", ws / "off.py", ws / "calc.py"
+    fib, off, calc, again = ws / "fib.py", ws / "off.py", ws / "calc.py", ws / "again.py"
     fib.write_text("# café\ndef fib(n):\n", encoding="utf-8")
     off.write_text("def sub(a, b):\n", encoding="utf-8")
     calc.write_text("def add(a, b):\n", encoding="utf-8")
+    again.write_text("def mul(a, b):\n", encoding="utf-8")
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "XDG_RUNTIME_DIR": str(run_dir),
            "XDG_DATA_HOME": str(tmp_path / "xdg-data")}
 
@@ -189,6 +194,8 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
             {"name": "local", "file": str(fib), "typed": "    if n"},
             {"name": "off", "file": str(off), "typed": "    x = ", "toggle": True},
             {"name": "shared", "file": str(calc), "typed": "    return a + ", "settings": shared},
+            {"name": "restart", "file": str(again), "typed": "    return a * ",
+             "command": "specd: Restart the Daemon Connection"},
         ]}
         (tmp_path / "plan.json").write_text(json.dumps(plan))
         with open(tmp_path / "cs.log", "w") as cs_log:
@@ -205,7 +212,7 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
         context = (f"driver rc {drive.returncode}: {drive.stderr[-3000:]}\nresult: {json.dumps(result)[-3000:]}\n"
                    f"{logs(tmp_path / 'cs.log', user_dir / 'logs', run_dir)}")
         assert drive.returncode == 0 and "error" not in result, context
-        phase_local, phase_off, phase_shared = result["phases"]
+        phase_local, phase_off, phase_shared, phase_restart = result["phases"]
 
         # 1. the tiny model's suggestion, as `specd lsp` gives it for the same text, accepted whole
         expected = inline_suggestion([sys.executable, str(HERE / "lsp_tiny.py"), "--in-process"], fib,
@@ -224,6 +231,9 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
         # 2. a shared server, only the settings changed: its tokens, accepted with Tab
         assert phase_shared["saved"] == phase_shared["before"] + SERVER_TEXT, context
         assert "codicon-check" in phase_shared["status"] and " ms" in phase_shared["status"], context
+
+        # `specd: Restart the Daemon Connection`: specd lsp starts again, reaches the same daemon
+        assert phase_restart["saved"] == phase_restart["before"] + SERVER_TEXT, context
     finally:
         if server is not None:
             stop_group(server)

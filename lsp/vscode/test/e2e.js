@@ -4,7 +4,7 @@
 // specd's ghost text, screenshots it, accepts it with Tab and saves. Usage:
 //   node e2e.js URL PLAN_JSON OUT_DIR
 // PLAN_JSON: {"settingsPath": abs path, "phases": [{"name", "file": abs path, "typed", "settings"?,
-// "toggle"?}]}; a phase with "toggle" clicks the status bar item first (suggestions off), inserts,
+// "toggle"?, "command"?}]}; "command" is run from the command palette first; a phase with "toggle" clicks the status bar item first (suggestions off), inserts,
 // waits and records what shows (nothing should), without Tab.
 // Writes OUT_DIR/result.json ({steps, phases: [{name, ghost, status, before, saved}], error?}) and
 // OUT_DIR/<phase>.png; the caller (tests/test_vscode.py) checks the saved texts.
@@ -75,6 +75,17 @@ async function main() {
         await page.reload({ waitUntil: "domcontentloaded", timeout: LIMIT_MS });
         await page.waitForSelector(".monaco-workbench", { timeout: LIMIT_MS });
         await waitReady(page, true);
+        step(`${phase.name}: status ${await statusText(page)}`);
+      }
+      if (phase.command) { // run a command from the palette, e.g. "specd: Restart the Daemon Connection"
+        await page.keyboard.press("Control+Shift+P");
+        await page.waitForSelector(".quick-input-widget input", { state: "visible", timeout: 30000 });
+        await page.locator(".quick-input-widget input").fill(`>${phase.command}`);
+        await page.locator(".quick-input-list .monaco-list-row", { hasText: phase.command }).first()
+          .waitFor({ timeout: 30000 });
+        await page.keyboard.press("Enter");
+        step(`${phase.name}: ran ${phase.command}`);
+        await waitReady(page, true); // started again: ready, no latency yet
         step(`${phase.name}: status ${await statusText(page)}`);
       }
       if (phase.toggle) { // click the status bar item: `specd: Toggle Suggestions`
