@@ -14,6 +14,7 @@ session:
 Both check the status bar says ready with a latency. Between them, suggestions are turned off by
 clicking the status bar item (no ghost text may show); after them, ``specd: Restart the Daemon
 Connection`` restarts ``specd lsp``, and a suggestion from the shared server is accepted again.
+Last, ``specd.command`` names no file: the status bar warns, and no popup shows (nor at any phase).
 
 Needs Node 20 with npm, Chromium, and
 code-server (``lsp/vscode/test/setup-code-server.sh``, cached in ``~/.cache/specd/vscode-test``;
@@ -196,6 +197,8 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
             {"name": "shared", "file": str(calc), "typed": "    return a + ", "settings": shared},
             {"name": "restart", "file": str(again), "typed": "    return a * ",
              "command": "specd: Restart the Daemon Connection"},
+            {"name": "broken", "file": str(fib), "typed": "", "degraded": True,
+             "settings": {**local, "specd.command": str(run_dir / "no-such-specd")}},
         ]}
         (tmp_path / "plan.json").write_text(json.dumps(plan))
         with open(tmp_path / "cs.log", "w") as cs_log:
@@ -212,7 +215,7 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
         context = (f"driver rc {drive.returncode}: {drive.stderr[-3000:]}\nresult: {json.dumps(result)[-3000:]}\n"
                    f"{logs(tmp_path / 'cs.log', user_dir / 'logs', run_dir)}")
         assert drive.returncode == 0 and "error" not in result, context
-        phase_local, phase_off, phase_shared, phase_restart = result["phases"]
+        phase_local, phase_off, phase_shared, phase_restart, phase_broken = result["phases"]
 
         # 1. the tiny model's suggestion, as `specd lsp` gives it for the same text, accepted whole
         expected = inline_suggestion([sys.executable, str(HERE / "lsp_tiny.py"), "--in-process"], fib,
@@ -234,6 +237,11 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
 
         # `specd: Restart the Daemon Connection`: specd lsp starts again, reaches the same daemon
         assert phase_restart["saved"] == phase_restart["before"] + SERVER_TEXT, context
+
+        # a command that is not there: a warning in the status bar, the reason in the output, no popup
+        assert "codicon-warning" in phase_broken["status"], context
+        for phase in (phase_local, phase_shared, phase_restart, phase_broken):
+            assert phase["toasts"] == [], context
     finally:
         if server is not None:
             stop_group(server)

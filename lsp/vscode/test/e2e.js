@@ -4,7 +4,8 @@
 // specd's ghost text, screenshots it, accepts it with Tab and saves. Usage:
 //   node e2e.js URL PLAN_JSON OUT_DIR
 // PLAN_JSON: {"settingsPath": abs path, "phases": [{"name", "file": abs path, "typed", "settings"?,
-// "toggle"?, "command"?}]}; "command" is run from the command palette first; a phase with "toggle" clicks the status bar item first (suggestions off), inserts,
+// "toggle"?, "command"?, "degraded"?}]}; "degraded" (with "settings"): only wait for the warning
+// state and record the popups; "command" is run from the command palette first; a phase with "toggle" clicks the status bar item first (suggestions off), inserts,
 // waits and records what shows (nothing should), without Tab.
 // Writes OUT_DIR/result.json ({steps, phases: [{name, ghost, status, before, saved}], error?}) and
 // OUT_DIR/<phase>.png; the caller (tests/test_vscode.py) checks the saved texts.
@@ -36,6 +37,12 @@ async function statusText(page) {
     const kind = icon ? [...icon.classList].find((c) => c.startsWith("codicon-") && c !== "codicon-modifier-spin") : "";
     return `${kind || ""} ${(item.textContent || "").trim()}`.trim();
   });
+}
+
+// the notification popups on screen (the extension must show none)
+async function toasts(page) {
+  return page.evaluate(() => [...document.querySelectorAll(".notifications-toasts .notification-toast")]
+    .map((e) => (e.textContent || "").trim()));
 }
 
 // ready, and (fresh: after a restart) no latency shown yet
@@ -74,6 +81,16 @@ async function main() {
         // editing settings.json by hand): the extension starts again with the new settings
         await page.reload({ waitUntil: "domcontentloaded", timeout: LIMIT_MS });
         await page.waitForSelector(".monaco-workbench", { timeout: LIMIT_MS });
+        if (phase.degraded) { // the extension cannot start `specd lsp`: a warning, and no popup
+          await page.waitForFunction(() => [...document.querySelectorAll(".statusbar-item")]
+            .some((e) => /^specd/.test((e.textContent || "").trim()) && e.querySelector(".codicon-warning")),
+                                     null, { timeout: LIMIT_MS, polling: 250 });
+          await page.waitForTimeout(3000); // time for a popup to show, were there one
+          record.status = await statusText(page);
+          record.toasts = await toasts(page);
+          step(`${phase.name}: status ${record.status}; popups ${JSON.stringify(record.toasts)}`);
+          continue;
+        }
         await waitReady(page, true);
         step(`${phase.name}: status ${await statusText(page)}`);
       }
@@ -140,6 +157,7 @@ async function main() {
       await page.keyboard.press("Control+S");
       await page.waitForFunction(() => !document.querySelector(".tab.active.dirty"), null, { timeout: 30000 });
       record.saved = fs.readFileSync(phase.file, "utf8");
+      record.toasts = await toasts(page);
       step(`${phase.name}: accepted and saved`);
     }
   } catch (e) {
