@@ -52,6 +52,7 @@ class Variant:
     header: str = "none"  # none | llama (llama-server's fixed one) | file (the task's repository and path)
     prefix_lines: int = 0  # >0: the prefix cut to this many lines first (llama.vim's n_prefix)
     suffix_lines: int = 0
+    spm: bool = False  # suffix first: <|fim_suffix|>suffix<|fim_prefix|>prefix<|fim_middle|> (llama-server --spm-infill)
 
 
 VARIANTS = (
@@ -60,6 +61,8 @@ VARIANTS = (
     Variant("s128+file", suffix_tokens=128, header="file"),
     Variant("s128+llama", suffix_tokens=128, header="llama"),
     Variant("p768+s128+file", prefix_tokens=768, suffix_tokens=128, header="file"),
+    Variant("spm128+file", suffix_tokens=128, header="file", spm=True),
+    Variant("spm32+file", suffix_tokens=32, header="file", spm=True),
     Variant("lines64/16+file", prefix_tokens=1024, suffix_tokens=256, header="file", prefix_lines=64, suffix_lines=16),
 )
 
@@ -78,7 +81,12 @@ def prompt_ids(builders: dict, tok: Tokenizer, v: Variant, task) -> list[int]:
     if v.suffix_lines:
         suffix = "".join(suffix.splitlines(keepends=True)[: v.suffix_lines + 1])
     context = {"none": "", "llama": LLAMA_HEADER, "file": file_header(*repo_and_path(task))}[v.header]
-    return builders[v.name].build(prefix, suffix, context)
+    b = builders[v.name]
+    if not v.spm:
+        return b.build(prefix, suffix, context)
+    p, sfx, m = b.fim
+    return [*b.encode_context(context), sfx, *tok.encode(b.window_suffix(suffix)), p,
+            *tok.encode(b.window_prefix(prefix)), m]
 
 
 def main() -> int:

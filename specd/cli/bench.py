@@ -67,8 +67,9 @@ def register(subparsers: Any) -> None:
                         "where figures are reported)")
     b.add_argument("--systems", default=None,
                    help="quality scenario: comma-separated among specd, llama-server (default: both)")
-    b.add_argument("--no-file-header", action="store_true",
-                   help="quality scenario: send specd no repository header (the file's name), unlike specd lsp")
+    b.add_argument("--file-header", action="store_true",
+                   help="quality scenario: send specd the repository header (repository and file names in Qwen's "
+                        "repository format) as context; specd lsp does not (it did not pay on the dev split)")
     b.add_argument("--editor-preset", choices=["quick", "short", "full"], default=None,
                    help="editor scenario: keys per file visit and pauses (default full; --quick: quick)")
     b.add_argument("--paths", default=None,

@@ -27,7 +27,8 @@ def task_repo(task: Task) -> str:
 
 
 def lsp_context(task: Task) -> str:
-    """What ``specd lsp`` sends as context for a document with no other recently edited files."""
+    """The repository header alone for a task's file (``--file-header``; specd lsp sends it only with
+    repository context on, before other files)."""
     return file_header(task_repo(task), task.file)
 
 
@@ -35,7 +36,7 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
     from specd.bench import quality
     from specd.bench.llamacpp_bin import LlamaServer, find_binaries, unavailable_note
     from specd.bench.machine import machine_info
-    from specd.cli.flags import engine_argv
+    from specd.cli.flags import engine_argv, engine_config
     from specd.models.pull import gguf_path
     from specd.models.registry import DEFAULT_TARGET, PUBLISHED
 
@@ -58,12 +59,13 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
         if bins is None:
             raise BenchError(f"the quality scenario compares with llama-server: {unavailable_note()} "
                              "(or pass --systems specd)")
-        if args.target in PUBLISHED:
-            target = gguf_path(PUBLISHED[args.target])
-        elif args.target.endswith(".gguf"):
-            target = Path(args.target)
+        name = engine_config(args).target  # the flag, else the config file's, else the default
+        if name in PUBLISHED:
+            target = gguf_path(PUBLISHED[name])
+        elif name.endswith(".gguf"):
+            target = Path(name)
         else:
-            raise BenchError(f"llama-server needs the target as a GGUF file; {args.target!r} is not one "
+            raise BenchError(f"llama-server needs the target as a GGUF file; {name!r} is not one "
                              "(or pass --systems specd)")
         llama = LlamaServer(bins, target, threads=os.cpu_count() or 2, log_path=out / "llama-server.log")
 
@@ -71,7 +73,7 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
         return quality.QualityBench(
             tasks=tuple(tasks), systems=systems, max_tokens=args.max_tokens if args.max_tokens is not None else 48,
             serve_argv=serve, socket=args.socket, llama=server, post=postprocess,
-            context=None if args.no_file_header else lsp_context, log_dir=out, log=say)
+            context=lsp_context if args.file_header else None, log_dir=out, log=say)
 
     if llama is None:
         doc = quality.run(bench(None))
