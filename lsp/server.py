@@ -183,8 +183,8 @@ def end_of_insert(line: int, character: int, text: str, encoding: str) -> tuple[
 
 def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:
     """``initializationOptions`` or ``workspace/didChangeConfiguration`` settings (optionally under
-    ``"specd"``): ``{"maxTokens": int, "repoContext": bool, "debounce": bool, "prewarm": bool,
-    "requestAhead": bool}``; bad values are logged and ignored."""
+    ``"specd"``): ``{"maxTokens": int, "lineBudgetMs": number | null, "repoContext": bool, "debounce": bool,
+    "prewarm": bool, "requestAhead": bool}``; bad values are logged and ignored."""
     if not isinstance(options, dict):
         return settings
     max_tokens = options.get("maxTokens")
@@ -193,6 +193,12 @@ def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings
             settings = dataclasses.replace(settings, max_tokens=max_tokens)
         else:
             warn(f"initializationOptions.maxTokens must be an integer in 1..4096, got {max_tokens!r}")
+    if "lineBudgetMs" in options:
+        budget = options["lineBudgetMs"]
+        if budget is None or (isinstance(budget, (int, float)) and not isinstance(budget, bool) and budget >= 0):
+            settings = dataclasses.replace(settings, line_budget_ms=budget)
+        else:
+            warn(f"initializationOptions.lineBudgetMs must be a number >= 0 or null, got {budget!r}")
     for name, apply in SWITCHES.items():
         value = options.get(name)
         if value is None:

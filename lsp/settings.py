@@ -9,6 +9,9 @@ from specd.lsp.postprocess import Rules
 from specd.lsp.window import WindowLimits
 
 
+LINE_BUDGET_MS: float | None = None
+
+
 @dataclass(frozen=True)
 class DebounceSettings:
     """The adaptive debounce (after Tabby's): a completion waits ``rate · base − expected response``
@@ -53,3 +56,6 @@ class LspSettings:
     debounce: DebounceSettings = field(default_factory=DebounceSettings)
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     request_ahead: bool = True  # after an accepted suggestion, ask for the next one at once
+    # a multi-line suggestion ends at the first line end after this many ms of generation (llama.vim's
+    # t_max_predict_ms; None: no limit); mid-line suggestions are one line anyway
+    line_budget_ms: float | None = LINE_BUDGET_MS

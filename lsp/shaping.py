@@ -23,7 +23,8 @@ def completion_request(window: Window, context: str, settings: LspSettings) -> C
     """The request for a suggestion at ``window``: greedy, one line when the cursor is mid-line."""
     mid = settings.rules.single_line_mid_line and is_mid_line(window.line_suffix)
     return CompletionRequest(prefix=window.prefix, suffix=window.suffix, max_tokens=settings.max_tokens,
-                             temperature=0.0, stop=("\n",) if mid else (), context=context)
+                             temperature=0.0, stop=("\n",) if mid else (), context=context,
+                             line_budget_ms=None if mid else settings.line_budget_ms)
 
 
 def context_for(doc: DocumentState, documents: Documents, recent: RecentEdits, settings: LspSettings,

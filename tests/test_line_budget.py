@@ -73,3 +73,21 @@ def test_the_engine_ends_a_block_at_its_first_line_with_budget_zero() -> None:
     cut = engine.complete(CompletionRequest(prefix=prefix, max_tokens=48, k=0, line_budget_ms=0))
     assert cut.text == full.text[: full.text.index("\n", body)]
     assert cut.stats.stop_reason == "line_budget" and len(cut.tokens) < len(full.tokens)
+
+
+def test_the_lsp_sends_its_budget_with_multi_line_requests_only() -> None:
+    from specd.lsp.server import apply_options
+    from specd.lsp.settings import LspSettings
+    from specd.lsp.shaping import completion_request
+    from specd.lsp.window import Window
+
+    warnings: list[str] = []
+    settings = apply_options(LspSettings(), {"lineBudgetMs": 250}, warnings.append)
+    assert settings.line_budget_ms == 250 and not warnings
+    assert apply_options(settings, {"lineBudgetMs": None}, warnings.append).line_budget_ms is None
+    assert apply_options(settings, {"lineBudgetMs": -1}, warnings.append).line_budget_ms == 250 and warnings
+    at_line_start = Window("def f():\n    ", "\n", "    ", "", 1, 4)
+    mid_line = Window("def f():\n    x = g(", ")\n", "    x = g(", ")", 1, 10)
+    assert completion_request(at_line_start, "", settings).line_budget_ms == 250
+    req = completion_request(mid_line, "", settings)
+    assert req.line_budget_ms is None and req.stop == ("\n",)

@@ -27,6 +27,9 @@ def register(subparsers: Any) -> None:
                    help="do not start a daemon when none is running")
     p.add_argument("--tcp", type=int, metavar="PORT", help="listen on 127.0.0.1:PORT instead of stdio (debugging)")
     p.add_argument("--max-tokens", type=int, default=64, help="longest suggestion, in tokens")
+    p.add_argument("--line-budget-ms", type=float, default=LspSettings.line_budget_ms, metavar="MS",
+                   help="end a multi-line suggestion at the first line end after MS ms of generation "
+                        "(llama.vim's t_max_predict_ms; 0: one line; default: %(default)s)")
     p.add_argument("--repo-context", action=argparse.BooleanOptionalAction, default=LspSettings.repo_context,
                    help="send recently edited open documents as repository context (default: off)")
     p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
@@ -66,7 +69,10 @@ def cmd_lsp(args: argparse.Namespace) -> int:
         raise SystemExit("specd: error: --max-tokens must be at least 1")
     if args.max_message_bytes is not None and args.max_message_bytes < 1:
         raise SystemExit("specd: error: --max-message-bytes must be at least 1")
-    settings = LspSettings(max_tokens=args.max_tokens, repo_context=args.repo_context)
+    if args.line_budget_ms is not None and args.line_budget_ms < 0:
+        raise SystemExit("specd: error: --line-budget-ms must be >= 0")
+    settings = LspSettings(max_tokens=args.max_tokens, repo_context=args.repo_context,
+                           line_budget_ms=args.line_budget_ms)
     holder: list[Any] = []
     backend = make_backend(args, lambda m: holder[0].log_info(m) if holder else None)
     server = build_server(backend, settings, args.max_message_bytes or MAX_MESSAGE_BYTES)
