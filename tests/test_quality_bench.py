@@ -140,3 +140,13 @@ def test_quality_scenario_beside_llama_server_on_the_real_pair(tasks, tmp_path, 
     for a in doc["answers"]:
         assert a["text"].strip(), a  # a real model completes real code with something
     assert "llama-server exact" in captured.out
+
+
+def test_first_per_kind_takes_each_language_and_kind_alike(tasks) -> None:
+    from specd.bench.quality import first_per_kind
+
+    test = [t for t in tasks if t.split == "test"]
+    chosen = first_per_kind(test, 5)
+    assert Counter((t.language, t.kind) for t in chosen) == {(lang, k): 5 for lang in LANGUAGES
+                                                             for k in ("line_start", "mid_line", "block")}
+    assert [t.id for t in chosen] == [t.id for t in test if t in chosen]  # file order kept

@@ -30,6 +30,7 @@ import json
 import statistics
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -136,6 +137,17 @@ class QualityBench:
             raise BenchError("--max-tokens must be >= 2")
         if "llama-server" in self.systems and self.llama is None:
             raise BenchError("quality scenario: llama-server is not running")
+
+
+def first_per_kind(tasks: list[Task], n: int) -> list[Task]:
+    """The first ``n`` tasks of each language and cursor kind, in file order."""
+    counts: Counter[tuple[str, str]] = Counter()
+    chosen = []
+    for t in tasks:
+        if counts[(t.language, t.kind)] < n:
+            counts[(t.language, t.kind)] += 1
+            chosen.append(t)
+    return chosen
 
 
 def stop_for(task: Task) -> list[str]:

@@ -67,6 +67,8 @@ def register(subparsers: Any) -> None:
                         "where figures are reported)")
     b.add_argument("--systems", default=None,
                    help="quality scenario: comma-separated among specd, llama-server (default: both)")
+    b.add_argument("--per-kind", type=int, default=0, metavar="N",
+                   help="quality scenario: the first N tasks of each language and cursor kind (0, default: all)")
     b.add_argument("--file-header", action="store_true",
                    help="quality scenario: send specd the repository header (repository and file names in Qwen's "
                         "repository format) as context; specd lsp does not (it did not pay on the dev split)")

@@ -48,6 +48,8 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
         if not tasks:
             raise BenchError(f"{path} has no {split!r} tasks")
     tasks = select_tasks(tasks, args.tasks)
+    if args.per_kind > 0:
+        tasks = quality.first_per_kind(tasks, args.per_kind)
     systems = tuple(s.strip() for s in (args.systems or ",".join(quality.SYSTEMS)).split(",") if s.strip())
     out = out_dir(args)
     flags = engine_argv(args)
