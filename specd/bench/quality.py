@@ -246,7 +246,7 @@ def _group(answers: list[dict[str, Any]], view: str) -> dict[str, Any]:
     if not n:
         return {"n": 0}
     cuts = [a["cut"] for a in answers if a.get("cut")]
-    ms = [a["ms"] for a in answers]
+    ms = sorted(a["ms"] for a in answers)
     return {"n": n,
             "exact": sum(a[view]["exact"] for a in answers),
             "similarity": round(statistics.fmean(a[view]["similarity"] for a in answers), 3),
