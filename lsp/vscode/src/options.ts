@@ -11,6 +11,7 @@ export interface Settings {
   args: string[];
   languages: string[];
   maxTokens: number;
+  lineBudgetMs: number | null;
   prewarm: boolean;
   debounce: boolean;
   repoContext: boolean;
@@ -27,6 +28,7 @@ export const DEFAULTS: Settings = {
   args: [],
   languages: ["python"],
   maxTokens: 64,
+  lineBudgetMs: 1000,
   prewarm: true,
   debounce: true,
   repoContext: false,
@@ -42,6 +44,7 @@ export const DEFAULTS: Settings = {
 export interface ServerOptions {
   statusNotifications?: boolean; // initializationOptions only: ask for `specd/status`
   maxTokens: number;
+  lineBudgetMs: number | null;
   prewarm: boolean;
   debounce: boolean;
   repoContext: boolean;
@@ -50,7 +53,9 @@ export interface ServerOptions {
 
 export function serverOptions(s: Settings): ServerOptions {
   const maxTokens = Number.isInteger(s.maxTokens) && s.maxTokens >= 1 && s.maxTokens <= 4096 ? s.maxTokens : DEFAULTS.maxTokens;
-  return { maxTokens, prewarm: !!s.prewarm, debounce: !!s.debounce, repoContext: !!s.repoContext,
+  const b = s.lineBudgetMs;
+  const lineBudgetMs = b === null || (typeof b === "number" && Number.isFinite(b) && b >= 0) ? b : DEFAULTS.lineBudgetMs;
+  return { maxTokens, lineBudgetMs, prewarm: !!s.prewarm, debounce: !!s.debounce, repoContext: !!s.repoContext,
            requestAhead: !!s.requestAhead };
 }
 
