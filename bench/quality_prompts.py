@@ -32,6 +32,7 @@ from specd.bench.llamacpp_bin import LlamaServer, find_binaries, infill_body
 from specd.bench.machine import machine_info
 from specd.bench.quality import score_answer, stop_for
 from specd.bench.tasks import load_tasks, quality_tasks_path
+from specd.cli.bench_quality import task_repo
 from specd.engine.config import PromptWindows
 from specd.engine.prompt import PromptBuilder
 from specd.lsp.context import file_header
@@ -69,9 +70,7 @@ VARIANTS = (
 
 def repo_and_path(task) -> tuple[str, str]:
     """A repository name for the task's source (its package name) and the file's path in it."""
-    name = task.package.split(":", 1)[-1]
-    name = name.split("==")[0] if "==" in name else (name.rsplit("@", 1)[0] if name.count("@") > (name[0] == "@") else name)
-    return name.strip("/").split("/")[-1], task.file
+    return task_repo(task), task.file
 
 
 def prompt_ids(builders: dict, tok: Tokenizer, v: Variant, task) -> list[int]:
