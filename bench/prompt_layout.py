@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specd.app import build_engine, model_directory
+from specd.bench.quality import similarity
 from specd.bench.tasks import load_tasks
 from specd.engine.config import EngineConfig, PromptWindows
 from specd.engine.prompt import PromptBuilder
@@ -76,21 +77,6 @@ def cases(kind: str, split: str) -> list[Case]:
             out.append(Case(t.id, "dev" if t.language == "python" else "test", t.file, t.prefix, t.suffix,
                             first, before, rest))
     return [c for c in out if split == "all" or c.split == split]
-
-
-def levenshtein(a: str, b: str) -> int:
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1]
-
-
-def similarity(a: str, b: str) -> float:
-    n = max(len(a), len(b))
-    return 1.0 if n == 0 else 1.0 - levenshtein(a, b) / n
 
 
 def context_for(case: Case, kind: str) -> str:

@@ -22,15 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from specd.bench.llamacpp_bin import LlamaServer, find_binaries, infill_body
 from specd.bench.machine import machine_info
-from specd.bench.quality import score_answer, stop_for
+from specd.bench.quality import score_answer, stop_for, summarize
 from specd.bench.tasks import load_tasks, quality_tasks_path
 from specd.cli.bench_quality import task_repo
 from specd.engine.config import PromptWindows
@@ -99,10 +99,14 @@ def main() -> int:
     wanted = args.variants.split(",")
     variants = [v for v in VARIANTS if v.name in wanted]
     tasks = [t for t in load_tasks(quality_tasks_path()) if t.split == args.split]
-    if args.limit:
-        per: dict[str, int] = {}
-        tasks = [t for t in tasks if per.setdefault(t.language, 0) < args.limit and not per.update(
-            {t.language: per[t.language] + 1})]
+    if args.limit:  # the first --limit tasks of each language
+        per: Counter[str] = Counter()
+        kept = []
+        for t in tasks:
+            per[t.language] += 1
+            if per[t.language] <= args.limit:
+                kept.append(t)
+        tasks = kept
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     tok = Tokenizer.from_file(resolve(DEFAULT_TARGET).directory / "tokenizer.json")
     builders = {v.name: PromptBuilder(tok, PromptWindows(max_prefix_tokens=v.prefix_tokens,
@@ -131,28 +135,19 @@ def main() -> int:
                 data = server._post(path, body, timeout=600)
                 ms = (time.perf_counter() - t0) * 1000
                 text = str(data.get("content", ""))
-                answers.append({"task": task.id, "language": task.language, "kind": task.kind, "variant": name,
+                answers.append({"task": task.id, "language": task.language, "kind": task.kind, "system": name,
                                 "prompt_tokens": n_prompt or (data.get("timings") or {}).get("prompt_n"),
                                 "text": text, "ms": round(ms, 1), **score_answer(task, text, postprocess)})
             print(f"{i + 1}/{len(tasks)} {task.id} {time.time() - t_start:.0f}s", file=sys.stderr, flush=True)
-    table = {}
-    for name in wanted:
-        mine = [a for a in answers if a["variant"] == name]
-        row = {}
-        for lang in sorted({a["language"] for a in mine}) + ["all"]:
-            g = [a for a in mine if lang in ("all", a["language"])]
-            row[lang] = {"n": len(g), "exact": sum(a["shown"]["exact"] for a in g),
-                         "similarity": round(statistics.fmean(a["shown"]["similarity"] for a in g), 3),
-                         "accepted": round(statistics.fmean(a["shown"]["accepted"] for a in g), 1),
-                         "raw_exact": sum(a["raw"]["exact"] for a in g)}
-        table[name] = row
+    table = summarize(answers)  # per variant (the answers' "system"), view and language
     doc = {"command": " ".join(sys.argv), "machine": machine_info(), "split": args.split,
            "max_tokens": args.max_tokens, "variants": [v.__dict__ for v in variants], "table": table,
            "answers": answers}
     args.out.write_text(json.dumps(doc, indent=1) + "\n")
     langs = sorted({a["language"] for a in answers})
     print(f"{'variant':<18}" + "".join(f"{lang[:6]:>8}" for lang in langs) + f"{'all':>8}{'sim':>7}{'acc':>7}")
-    for name, row in table.items():
+    for name in wanted:
+        row = table[name]["shown"]
         print(f"{name:<18}" + "".join(f"{row[lang]['exact']:>8}" for lang in langs)
               + f"{row['all']['exact']:>8}{row['all']['similarity']:>7.3f}{row['all']['accepted']:>7.1f}")
     return 0

@@ -15,6 +15,7 @@ request shaper (``specd.lsp.shaping.RequestShaper``) and the commands that start
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -23,9 +24,10 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, AsyncIterator, Callable, Protocol
 
 from specd.bench.editor_clients import SocketClient, StdioLspClient, post_json
+from specd.bench.errors import BenchError
 from specd.bench.editor_script import (KINDS, WAITED, EditorFile, Key, Preset, key_kind, quality)
 from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, die_with_parent, find_binaries, infill_body, unavailable_note
 
@@ -348,6 +350,32 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@contextlib.asynccontextmanager
+async def daemon_client(serve_argv: Callable[[Path], list[str]] | None, socket: Path | None,
+                        log_dir: Path | None, say: Callable[[str], None] | None = None,
+                        tag: str = "sdd-") -> AsyncIterator[SocketClient]:
+    """A client of ``specd serve``: one started here (``serve_argv(socket path)``, stopped on exit;
+    its log in ``log_dir/daemon.log``) or, with ``serve_argv`` None, the daemon at ``socket``."""
+    with tempfile.TemporaryDirectory(prefix=tag, dir="/tmp") as d:  # AF_UNIX paths stay short
+        daemon = None
+        if serve_argv is not None:
+            sock = Path(d) / "s.sock"
+            daemon = Daemon(serve_argv(sock), sock, log_dir / "daemon.log" if log_dir else None)
+            if say:
+                say("starting specd serve")
+            client = await daemon.start()
+        else:
+            if socket is None:
+                raise BenchError("no daemon: give --socket or let the bench start one")
+            client = await SocketClient.connect(socket)
+        try:
+            yield client
+        finally:
+            await client.close()
+            if daemon is not None:
+                daemon.stop()
 
 
 async def run_path(path: str, bench: EditorBench, notes: list[str]) -> tuple[list[Record], dict[str, Any]] | None:

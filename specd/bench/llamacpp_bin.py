@@ -280,8 +280,9 @@ class LlamaServer:
             return False
 
     def infill(self, prefix: str, suffix: str, n_predict: int, cache_prompt: bool = False,
-               t_max_predict_ms: int | None = None, timeout: float = 600.0) -> InfillResult:
-        body = infill_body(prefix, suffix, n_predict, cache_prompt, t_max_predict_ms)
+               t_max_predict_ms: int | None = None, timeout: float = 600.0,
+               extra: dict | None = None) -> InfillResult:
+        body = infill_body(prefix, suffix, n_predict, cache_prompt, t_max_predict_ms, extra)
         t0 = time.perf_counter()
         data = self._post("/infill", body, timeout)
         return parse_infill_response(data, (time.perf_counter() - t0) * 1000.0)

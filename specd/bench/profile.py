@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specd.bench.editor import Daemon
+from specd.bench.editor import daemon_client
 from specd.bench.editor_clients import SocketClient
 from specd.bench.errors import BenchError
 from specd.bench.stats import quantile
@@ -60,24 +59,9 @@ class ProfileBench:
 async def run_profile(bench: ProfileBench) -> dict[str, Any]:
     """Every profiled answer (raw) and the summary per mode."""
     bench.check()
-    with tempfile.TemporaryDirectory(prefix="sdp-", dir="/tmp") as d:  # AF_UNIX paths stay short
-        daemon = None
-        if bench.serve_argv is not None:
-            sock = Path(d) / "s.sock"
-            daemon = Daemon(bench.serve_argv(sock), sock, bench.log_dir / "daemon.log" if bench.log_dir else None)
-            _say(bench, "starting specd serve")
-            client = await daemon.start()
-        else:
-            if bench.socket is None:
-                raise BenchError("no daemon: give --socket or let the bench start one")
-            client = await SocketClient.connect(bench.socket)
-        try:
-            health = await client.call("health")
-            runs = await _runs(bench, client)
-        finally:
-            await client.close()
-            if daemon is not None:
-                daemon.stop()
+    async with daemon_client(bench.serve_argv, bench.socket, bench.log_dir, bench.log, tag="sdp-") as client:
+        health = await client.call("health")
+        runs = await _runs(bench, client)
     doc = {"scenario": "profile", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
            "reps": bench.reps, "tasks": [t.id for t in bench.tasks], "runs": runs,
            "summary": {mode: summarize([r for r in runs if r["mode"] == mode]) for mode in bench.modes}}

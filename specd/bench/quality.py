@@ -26,9 +26,9 @@ nothing right (the cut text did not continue the real text).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import statistics
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -64,13 +64,18 @@ def levenshtein(a: str, b: str) -> int:
     return prev[-1]
 
 
+def similarity(a: str, b: str) -> float:
+    """1 - Levenshtein distance / the longer length (1 for two empty strings)."""
+    longest = max(len(a), len(b))
+    return 1.0 if longest == 0 else 1.0 - levenshtein(a, b) / longest
+
+
 def edit_similarity(answer: str, expected: str) -> float:
     """Between the answer's first n lines and the expected n lines (trailing spaces ignored)."""
     n = expected.count("\n") + 1
     a = "\n".join(x.rstrip() for x in answer.split("\n")[:n])
     e = "\n".join(x.rstrip() for x in expected.split("\n"))
-    longest = max(len(a), len(e))
-    return 1.0 if longest == 0 else 1.0 - levenshtein(a, e) / longest
+    return similarity(a, e)
 
 
 def accepted_chars(answer: str, real: str) -> int:
@@ -135,8 +140,6 @@ class QualityBench:
             raise BenchError("no tasks selected")
         if self.max_tokens < 2:
             raise BenchError("--max-tokens must be >= 2")
-        if "llama-server" in self.systems and self.llama is None:
-            raise BenchError("quality scenario: llama-server is not running")
 
 
 def first_per_kind(tasks: list[Task], n: int) -> list[Task]:
@@ -176,54 +179,35 @@ async def _specd(client: Any, task: Task, bench: QualityBench) -> dict[str, Any]
 
 
 def _llama(server: Any, task: Task, bench: QualityBench) -> dict[str, Any]:
-    from specd.bench.llamacpp_bin import infill_body
-
-    body = infill_body(task.prefix, task.suffix, bench.max_tokens)
-    if stop_for(task):
-        body["stop"] = stop_for(task)
-    t0 = time.perf_counter()
-    data = server._post("/infill", body, timeout=600)
-    wall = (time.perf_counter() - t0) * 1000.0
-    return {"text": str(data.get("content", "")), "ms": wall,
-            "tokens": int((data.get("timings") or {}).get("predicted_n", 0))}
+    stop = stop_for(task)
+    r = server.infill(task.prefix, task.suffix, bench.max_tokens, extra={"stop": stop} if stop else None)
+    return {"text": r.text, "ms": r.wall_ms, "tokens": r.predicted_n}
 
 
 async def run_quality(bench: QualityBench) -> dict[str, Any]:
-    from specd.bench.editor import Daemon
-    from specd.bench.editor_clients import SocketClient
+    from specd.bench.editor import daemon_client
 
     bench.check()
+    if "llama-server" in bench.systems and bench.llama is None:
+        raise BenchError("quality scenario: llama-server is not running")
     answers: list[dict[str, Any]] = []
     health: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="sdq-", dir="/tmp") as d:  # AF_UNIX paths stay short
-        daemon, client = None, None
+    async with contextlib.AsyncExitStack() as stack:
+        client = None
         if "specd" in bench.systems:
-            if bench.serve_argv is not None:
-                sock = Path(d) / "s.sock"
-                daemon = Daemon(bench.serve_argv(sock), sock, bench.log_dir / "daemon.log" if bench.log_dir else None)
-                _say(bench, "starting specd serve")
-                client = await daemon.start()
-            else:
-                if bench.socket is None:
-                    raise BenchError("no daemon: give --socket or let the bench start one")
-                client = await SocketClient.connect(bench.socket)
+            client = await stack.enter_async_context(
+                daemon_client(bench.serve_argv, bench.socket, bench.log_dir, bench.log, tag="sdq-"))
             health = await client.call("health")
-        try:
-            for i, task in enumerate(bench.tasks):
-                _say(bench, f"task {i + 1}/{len(bench.tasks)}: {task.id}")
-                order = list(bench.systems) if i % 2 == 0 else list(reversed(bench.systems))
-                for system in order:
-                    if system == "specd":
-                        a = await _specd(client, task, bench)
-                    else:
-                        a = await asyncio.to_thread(_llama, bench.llama, task, bench)
-                    answers.append({"task": task.id, "language": task.language, "kind": task.kind,
-                                    "system": system, **a, **score_answer(task, a["text"], bench.post)})
-        finally:
-            if client is not None:
-                await client.close()
-            if daemon is not None:
-                daemon.stop()
+        for i, task in enumerate(bench.tasks):
+            _say(bench, f"task {i + 1}/{len(bench.tasks)}: {task.id}")
+            order = list(bench.systems) if i % 2 == 0 else list(reversed(bench.systems))
+            for system in order:
+                if system == "specd":
+                    a = await _specd(client, task, bench)
+                else:
+                    a = await asyncio.to_thread(_llama, bench.llama, task, bench)
+                answers.append({"task": task.id, "language": task.language, "kind": task.kind,
+                                "system": system, **a, **score_answer(task, a["text"], bench.post)})
     return {"scenario": "quality", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
             "context": bench.context is not None, "systems": list(bench.systems),
             "tasks": [t.id for t in bench.tasks], "answers": answers, "summary": summarize(answers)}

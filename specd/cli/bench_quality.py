@@ -80,7 +80,7 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
     if llama is None:
         doc = quality.run(bench(None))
     else:
-        bench(object()).check()  # bad input fails before llama-server loads
+        bench(None).check()  # bad input fails before llama-server loads
         if say:
             say("starting llama-server")
         with llama:

@@ -37,7 +37,7 @@ class LineBudget:
         if nl >= 0 and (now - self.start) * 1000.0 >= self.ms:
             self.at = nl
             return nl
-        self.checked = max(self.checked, text.rfind("\n") + 1, 0)
+        self.checked = max(self.checked, text.rfind("\n") + 1)
         return None
 
     def may_grow_into_match(self, text: str) -> bool:

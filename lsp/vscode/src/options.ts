@@ -41,15 +41,9 @@ export const DEFAULTS: Settings = {
 
 /** The server's options (README, "Editors"): sent as initializationOptions and, when a setting
  * changes, as `workspace/didChangeConfiguration` settings under `specd`. */
-export interface ServerOptions {
+export type ServerOptions = Pick<Settings, "maxTokens" | "lineBudgetMs" | "prewarm" | "debounce" | "repoContext" | "requestAhead"> & {
   statusNotifications?: boolean; // initializationOptions only: ask for `specd/status`
-  maxTokens: number;
-  lineBudgetMs: number | null;
-  prewarm: boolean;
-  debounce: boolean;
-  repoContext: boolean;
-  requestAhead: boolean;
-}
+};
 
 export function serverOptions(s: Settings): ServerOptions {
   const maxTokens = Number.isInteger(s.maxTokens) && s.maxTokens >= 1 && s.maxTokens <= 4096 ? s.maxTokens : DEFAULTS.maxTokens;
