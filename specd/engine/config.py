@@ -27,6 +27,9 @@ DRAFTERS = ("model", "ngram", "both")
 # text goes after <|fim_middle|>, so the prompt before it stays put while the user types in a line
 PROMPT_LAYOUTS = ("psm", "psm-line")
 TREE = ("on", "off")
+# token healing (specd.engine.healing): which last token of the text before the cursor is taken
+# out and generated again, constrained to start with its text
+HEALING = ("off", "whitespace", "prefix")
 
 
 def parse_k(text: str) -> int | str:
@@ -126,6 +129,10 @@ class EngineConfig:
     prefill_chunk_tokens: int = setting(64, check=_positive,
                                         help="prefill in chunks of this many tokens; cancellation and preemption "
                                              "by another session take effect between chunks")
+    token_healing: str = setting("off", choices=HEALING,
+                                 help="token healing: take the last token before the cursor out of the prompt and "
+                                      "make the completion start with its text: whitespace (a whitespace-only "
+                                      "token), prefix (any token a longer token starts with), or off")
     windows: PromptWindows = nested(PromptWindows)
     # the draft reads the text nearest the cursor only: its cold prefill is that much shorter; the
     # target reads the whole prompt, so the output is unchanged (specd.engine.draft_window). Off by

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from functools import cached_property
+from typing import Callable
 
 from specd.engine.config import PROMPT_LAYOUTS, PromptWindows
 from specd.models.tokenizer import Tokenizer
@@ -116,14 +117,32 @@ class PromptBuilder:
         return ids[start:]
 
     def build(self, prefix: str, suffix: str = "", context: str = "") -> list[int]:
+        return self.build_healed(prefix, suffix, context)[0]
+
+    def build_healed(self, prefix: str, suffix: str = "", context: str = "",
+                     heal: Callable[[list[int]], int] | None = None) -> tuple[list[int], list[int]]:
+        """The prompt, with the last ``heal(ids)`` tokens of the text before the cursor (``ids``:
+        the prefix's tokens; psm-line: the typed line's) taken out, and the tokens taken out
+        (token healing, ``specd.engine.healing``; ``heal`` None: none)."""
         prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
         head = self.encode_context(context)
         if self.fim is None:  # no FIM tokens: plain left-to-right completion
-            return head + self.tokenizer.encode(prefix)
+            before, removed = _cut(self.tokenizer.encode(prefix), heal)
+            return head + before, removed
         p, s, m = self.fim
         typed = ""
         if self.windows.prompt_layout == "psm-line":
             start = prefix.rfind("\n") + 1
             prefix, typed = prefix[:start], prefix[start:]
-        return [*head, p, *self.tokenizer.encode(prefix), s, *self.tokenizer.encode(suffix), m,
-                *self.tokenizer.encode(typed)]
+        pre, typed_ids = self.tokenizer.encode(prefix), self.tokenizer.encode(typed)
+        if self.windows.prompt_layout == "psm-line":
+            typed_ids, removed = _cut(typed_ids, heal)  # nothing typed: nothing to heal
+        else:
+            pre, removed = _cut(pre, heal)
+        return [*head, p, *pre, s, *self.tokenizer.encode(suffix), m, *typed_ids], removed
+
+
+def _cut(ids: list[int], heal: Callable[[list[int]], int] | None) -> tuple[list[int], list[int]]:
+    """``ids`` without its last ``heal(ids)`` tokens, and those tokens."""
+    n = heal(ids) if heal is not None and ids else 0
+    return ids[: len(ids) - n], ids[len(ids) - n :]

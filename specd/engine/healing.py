@@ -1,0 +1,311 @@
+"""Token healing: the prompt does not end on a token boundary the model rarely saw.
+
+When the text before the cursor ends in whitespace (a line of tab indentation, a trailing space),
+its last token is whitespace-only, ``\\t\\t\\t\\t`` or ``" "``, where the same text inside a file
+tokenizes differently (``\\t\\t\\t`` + ``\\treturn``, ``" foo"``): the model, asked to continue
+from there, often starts with one more tab or space. Token healing takes the last token out of
+the text before the cursor and makes the completion start with exactly the text it held: the first
+generated tokens are constrained to ids whose bytes start with the removed bytes, or are a prefix
+of what is still to cover (``\\t\\t\\t`` then ``\\treturn``), until the removed text is covered;
+then the removed text is stripped from the completion, so the client sees only what follows the
+cursor. (Guidance and llama.cpp's ``--token-healing`` do the same.)
+
+Which endings are healed (``token_healing``):
+
+- ``off``: none;
+- ``whitespace``: the last token is whitespace-only (spaces, tabs, newlines) and a strict prefix of
+  a longer vocabulary token (else the constraint could only give the same token back);
+- ``prefix``: any last token that is a strict prefix of a longer vocabulary token (``.ba`` of
+  ``.bar``, ``(`` of ``()``): llama.cpp's and guidance's rule.
+
+One token is taken out, never more: the token before it ends on a boundary the tokenizer itself
+chose inside the prefix's text, which is where the model saw tokens end. "The text before the
+cursor" is the prefix's tokens (``psm``), or the cursor line's typed tokens after
+``<|fim_middle|>`` (``psm-line``; nothing is healed at a line start there), or the plain prompt's
+text (a tokenizer without FIM tokens); repository context is never touched.
+
+Exactness. The healing steps run on the target alone, before the speculative loop starts and in
+every mode alike: each is :func:`specd.engine.speculative.generate` asked for one token,
+target-only, with the constraint as its allowed set (``SamplingParams.allowed``, the same mask
+that keeps padding rows out), so each healing token is the target's argmax (greedy) or a draw
+from the target's warped distribution restricted to the allowed ids (sampling: masked, then
+temperature, top-k and top-p). Then the loop runs on ``prompt + healing tokens`` as on any
+prompt, with or without drafts: greedy speculative text equals greedy target-only text with
+healing on, and sampled text follows the target's (constrained, then unconstrained) distribution.
+Verifying drafts under the constraint instead would save at most a round or two per request, for
+a constraint threaded through chain and tree verification and the drafter; not worth it. The draft
+model never sees the constraint; it is prefilled (in the loop's prefill) over the prompt and the
+healing tokens, so its cache holds exactly the target's sequence.
+
+The vocabulary index (:class:`VocabIndex`: every ordinary token's bytes, sorted, control tokens
+left out) is built once per tokenizer (~0.3 s for Qwen's 151k tokens) and cached.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from specd.engine.config import HEALING
+from specd.engine.results import GenerationStats
+from specd.engine.speculative import Decoding, Prefill, generate
+from specd.engine.timeline import NO_TIMELINE, NoTimeline, Timeline
+from specd.models.protocol import CausalLM
+from specd.models.tokenizer import Tokenizer
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (``bytes_to_unicode``), character -> byte."""
+    bs = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def _added_ids(tokenizer: Tokenizer) -> set[int]:
+    """The tokenizer's added (control) tokens: ``<|endoftext|>``, FIM, chat and tool markers. They
+    decode to text (``<tool_call>``) but are never produced from text, so they are never a healing
+    candidate. (``specd.models.tokenizer.Tokenizer`` has no public call for them: the Hugging Face
+    tokenizer inside is asked directly, when it can tell.)"""
+    inner = getattr(tokenizer, "_tok", None)
+    added = getattr(inner, "get_added_tokens_decoder", None)
+    return set(added()) if callable(added) else set()
+
+
+class VocabIndex:
+    """Every ordinary token's bytes, sorted: the tokens that start with given bytes are one range."""
+
+    def __init__(self, tokenizer: Tokenizer, exclude: frozenset[int] = frozenset()) -> None:
+        skip = _added_ids(tokenizer) | set(exclude)
+        vocab = {i: t for i, t in tokenizer.real_vocab().items() if i not in skip}
+        table = _byte_decoder()
+        as_bytes: dict[int, bytes] = {}
+        for i, t in vocab.items():
+            if all(ch in table for ch in t):
+                as_bytes[i] = bytes(table[ch] for ch in t)
+        if not _byte_level(tokenizer, as_bytes) or len(as_bytes) < len(vocab):
+            # not a byte-level BPE: each token's own text (tokens that are part of a character left out)
+            as_bytes = {}
+            for i in vocab:
+                text = tokenizer.decode([i])
+                if text and "\ufffd" not in text:
+                    as_bytes[i] = text.encode("utf-8")
+        self.bytes = as_bytes
+        order = sorted(as_bytes, key=as_bytes.__getitem__)
+        self._sorted = [as_bytes[i] for i in order]
+        self._ids = torch.tensor(order, dtype=torch.long)  # [N], in byte order
+        self._by_bytes = {b: i for i, b in as_bytes.items()}
+        self._size = max(as_bytes, default=-1) + 1
+        self._masks: dict[tuple[bytes, int], torch.Tensor] = {}
+        self._lock = threading.Lock()
+
+    def _range(self, b: bytes) -> tuple[int, int]:
+        """The positions in byte order of the tokens that start with ``b``."""
+        lo = bisect.bisect_left(self._sorted, b)
+        upper = _successor(b)
+        hi = bisect.bisect_left(self._sorted, upper, lo) if upper is not None else len(self._sorted)
+        return lo, hi
+
+    def extends(self, b: bytes) -> bool:
+        """Whether a longer token starts with ``b``."""
+        lo, hi = self._range(b)
+        return hi - lo > (1 if b in self._by_bytes else 0)
+
+    def allowed(self, rest: bytes, n: int) -> torch.Tensor:
+        """``[n]`` bool: the ids whose bytes start with ``rest`` or are a non-empty prefix of it.
+        Shared: do not modify it (the last few are kept, the same few endings recur)."""
+        key = (rest, n)
+        mask = self._masks.get(key)
+        if mask is None:
+            lo, hi = self._range(rest)
+            ids = self._ids[lo:hi]
+            prefixes = [i for k in range(1, len(rest)) if (i := self._by_bytes.get(rest[:k])) is not None]
+            if prefixes:
+                ids = torch.cat([ids, torch.tensor(prefixes, dtype=torch.long)])
+            mask = torch.zeros(max(n, self._size), dtype=torch.bool)
+            mask[ids] = True
+            mask = mask[:n]
+            with self._lock:
+                if len(self._masks) >= 64:
+                    self._masks.pop(next(iter(self._masks)))
+                self._masks[key] = mask
+        return mask
+
+
+def _successor(b: bytes) -> bytes | None:
+    """The least byte string above every string that starts with ``b`` (None: there is none)."""
+    stripped = b.rstrip(b"\xff")
+    if not stripped:
+        return None
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _byte_level(tokenizer: Tokenizer, as_bytes: dict[int, bytes]) -> bool:
+    """Whether the byte-level reading agrees with the tokenizer's own decoding (on a sample)."""
+    ids = sorted(as_bytes)
+    sample = ids[:: max(1, len(ids) // 256)]
+    checked = 0
+    for i in sample:
+        try:
+            text = as_bytes[i].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if tokenizer.decode([i]) != text:
+            return False
+        checked += 1
+    return checked > 0
+
+
+_INDEXES: "weakref.WeakKeyDictionary[Tokenizer, dict[frozenset[int], VocabIndex]]" = weakref.WeakKeyDictionary()
+_INDEXES_LOCK = threading.Lock()
+
+
+def vocab_index(tokenizer: Tokenizer, exclude: frozenset[int] = frozenset()) -> VocabIndex:
+    """The tokenizer's index, built on first use and kept while the tokenizer lives."""
+    with _INDEXES_LOCK:
+        per = _INDEXES.setdefault(tokenizer, {})
+        if exclude not in per:
+            per[exclude] = VocabIndex(tokenizer, exclude)
+        return per[exclude]
+
+
+@dataclass
+class Healing:
+    """One request's healing: ``removed`` (the text taken out of the prompt), the constrained
+    ``tokens`` generated for it (their text starts with ``removed``), and each step's stats."""
+
+    removed: str
+    removed_ids: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    steps: list[GenerationStats] = field(default_factory=list)
+    covered: bool = False  # the tokens' text holds all of ``removed`` (False: max_tokens ran out)
+
+    def decoder(self, tokenizer: Tokenizer) -> Tokenizer:
+        """``tokenizer`` whose ``decode`` leaves ``removed`` out: what the client sees."""
+        return _Stripped(tokenizer, self.removed)
+
+    def written(self, tokenizer: Tokenizer) -> str:
+        """What the healing tokens wrote past the cursor (past ``removed``)."""
+        return _Stripped(tokenizer, self.removed).decode(self.tokens)
+
+    def ahead(self, ahead: list[int], tokenizer: Tokenizer) -> list[int]:
+        """The previous suggestion's tokens expected after the cursor (``continuation``) as tokens
+        expected after the healing tokens: what they already wrote taken off."""
+        past = self.written(tokenizer)
+        if not past or not ahead:
+            return ahead
+        text = tokenizer.decode(ahead)
+        return tokenizer.encode(text[len(past):]) if text.startswith(past) and len(text) > len(past) else []
+
+    def visible_tokens(self, tokens: list[int], text: str, tokenizer: Tokenizer) -> list[int]:
+        """Tokens whose text is ``text``, the completion as the client sees it (the continuation
+        cache aligns the typed text on them): the tokens after the healing ones when these end at
+        the cursor, else ``text`` encoded."""
+        if self.written(tokenizer) == "":
+            return tokens[len(self.tokens):]
+        return tokenizer.encode(text)
+
+    def merge(self, stats: GenerationStats) -> GenerationStats:
+        """The loop's ``stats`` (run on the prompt + healing tokens) as the whole request's: the
+        prompt and its prefill as the first healing step saw them, every step counted."""
+        if not self.steps:
+            return stats
+        first = self.steps[0]
+        stats.prompt_tokens = first.prompt_tokens
+        stats.prefill_reused = first.prefill_reused
+        stats.prefill_ms += sum(s.prefill_ms for s in self.steps)
+        stats.ttft_ms = first.ttft_ms
+        stats.total_ms += sum(s.total_ms for s in self.steps)
+        stats.new_tokens += len(self.tokens)
+        stats.rounds += sum(s.rounds for s in self.steps)
+        return stats
+
+
+class _Stripped(Tokenizer):
+    """A tokenizer whose ``decode`` leaves a leading ``removed`` out (the text healed back in);
+    everything else is the inner tokenizer's."""
+
+    def __init__(self, inner: Tokenizer, removed: str) -> None:  # shares the inner tokenizer
+        self.__dict__.update(inner.__dict__)
+        self._inner = inner
+        self._removed = removed
+
+    def decode(self, ids: list[int]) -> str:
+        text = self._inner.decode(ids)
+        if text.startswith(self._removed):
+            return text[len(self._removed):]
+        return "" if self._removed.startswith(text.rstrip("\ufffd")) else text
+
+
+class Healer:
+    """Token healing for one engine (``mode``: one of :data:`~specd.engine.config.HEALING`, not
+    ``off``); ``exclude``: ids never generated for healing (the stop tokens)."""
+
+    def __init__(self, tokenizer: Tokenizer, mode: str, exclude: frozenset[int] = frozenset()) -> None:
+        if mode not in HEALING or mode == "off":
+            raise ValueError(f"token_healing must be one of {', '.join(h for h in HEALING if h != 'off')} "
+                             f"for a Healer, got {mode!r}")
+        self.tokenizer = tokenizer
+        self.mode = mode
+        self.index = vocab_index(tokenizer, exclude)
+
+    def begin(self, removed: list[int]) -> Healing:
+        """The healing of ``removed`` (what :meth:`cut` took out), before any token is generated."""
+        return Healing(b"".join(self.index.bytes[i] for i in removed).decode("utf-8"), list(removed))
+
+    def cut(self, ids: list[int]) -> int:
+        """How many of the last ``ids`` (the text before the cursor) to take out: 0 or 1."""
+        if not ids:
+            return 0
+        b = self.index.bytes.get(ids[-1])
+        if not b:
+            return 0
+        if self.mode == "whitespace" and not b.isspace():
+            return 0
+        try:
+            b.decode("utf-8")  # the removed text is whole characters (stripped as text later)
+        except UnicodeDecodeError:
+            return 0
+        return 1 if self.index.extends(b) else 0
+
+    def heal(self, healing: Healing, target: CausalLM, prompt: list[int], decoding: Decoding,
+             prefill: Prefill | None = None, timeline: Timeline | NoTimeline = NO_TIMELINE,
+             poll: Callable[[], None] | None = None) -> Healing:
+        """Generate, target only, the tokens that cover ``healing.removed`` (taken out of the end of
+        ``prompt`` by :meth:`cut`), at most ``decoding.max_new_tokens``, into ``healing``.
+        ``prefill`` brings the target's cache to the prompt (the first step only; later steps
+        find it live); ``poll`` is called before each step (it raises to cancel). Leaves the
+        target's cache at ``prompt + tokens`` but the last token, as the speculative loop expects."""
+        rest = healing.removed.encode("utf-8")
+        params = decoding.params
+        n = int(params.allowed.numel()) if params.allowed is not None else target.vocab_size
+        seq = list(prompt)
+        while rest and len(healing.tokens) < decoding.max_new_tokens:
+            if poll is not None:
+                poll()
+            mask = self.index.allowed(rest, n)
+            if params.allowed is not None:
+                mask = mask & params.allowed
+            step = Decoding(1, dataclasses.replace(params, allowed=mask), decoding.stop_ids, decoding.generator)
+            out, stats = generate(target, seq, step, None, 0, None, prefill, timeline)
+            if not out:  # no allowed token (cannot happen: the removed token itself is allowed)
+                break
+            token = out[0]
+            healing.tokens.append(token)
+            healing.steps.append(stats)
+            seq.append(token)
+            got = self.index.bytes[token]
+            rest = rest[len(got):] if len(got) < len(rest) else b""
+        healing.covered = not rest
+        return healing

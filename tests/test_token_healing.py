@@ -1,0 +1,291 @@
+"""Token healing (specd.engine.healing): the last token before the cursor is taken out of the
+prompt and generated again under a constraint; exactness holds with it on."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specd.engine.config import HEALING, EngineConfig
+from specd.engine.engine import CompletionRequest, Engine
+from specd.engine.healing import Healer, _byte_decoder, vocab_index
+from specd.engine.prompt import PromptBuilder
+from specd.engine.sampling import SamplingParams
+from specd.engine.speculative import Decoding
+from specd.engine.config import PromptWindows
+from tests.tiny import SPECIALS, tiny_decoder
+
+# tokens beyond the 256 bytes, each built by merges from two tokens listed before it
+WORDS = [("\t", "\t"), ("\t\t", "\t\t"), ("\t\t\t\t", "\t"), ("\t\t\t\t", "r"), ("\t\t\t\tr", "e"),
+         ("\t\t\t\tre", "t"), ("\t\t\t\tret", "u"), ("\t\t\t\tretu", "r"), ("\t\t\t\tretur", "n"),
+         (" ", " "), ("  ", "  "), ("r", "e"), ("re", "t"), ("ret", "u"), ("retu", "r"), ("retur", "n"),
+         (" ", "x"), (" x", "s"), (".", "b"), (".b", "a"), (".ba", "r"), ("\n", "\n")]
+
+
+def _byte_chars() -> dict[int, str]:
+    """GPT-2's byte-level alphabet: byte -> character."""
+    return {b: ch for ch, b in _byte_decoder().items()}
+
+
+def merged_tokenizer():
+    """A byte-level BPE with a few merges: tab runs, ``\\t\\t\\t\\treturn``, ``return``, space runs,
+    `` xs``, ``.bar``; then Qwen's special tokens."""
+    from tokenizers import Tokenizer as HFTokenizer, decoders, models as tmodels, pre_tokenizers
+    from tokenizers.pre_tokenizers import ByteLevel
+
+    from specd.models.tokenizer import Tokenizer
+
+    chars = _byte_chars()
+    assert set(chars.values()) == set(ByteLevel.alphabet())
+
+    def bl(text: str) -> str:
+        return "".join(chars[b] for b in text.encode())
+
+    vocab = {ch: i for i, ch in enumerate(sorted(ByteLevel.alphabet()))}
+    merges = []
+    for a, b in WORDS:
+        merges.append((bl(a), bl(b)))
+        vocab.setdefault(bl(a + b), len(vocab))
+    tok = HFTokenizer(tmodels.BPE(vocab=vocab, merges=merges))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.add_special_tokens(SPECIALS)
+    return Tokenizer(tok)
+
+
+TOK = merged_tokenizer()
+VOCAB = TOK.vocab_size
+PREFIX = "func f(x int) bool {\n\tif x > 0 {\n\t\tfor {\n\t\t\tif x {\n\t\t\t\t"
+SUFFIX = "\n\t\t\t}\n\t\t}\n\t}\n}\n"
+PROMPTS = [(PREFIX, SUFFIX), ("x = ", "\n"), ("def f(a):\n  ", "\n"), ("a.ba", "\n")]
+
+
+class Biased:
+    """A model whose logits get ``bias`` added (a token it prefers whatever the context)."""
+
+    def __init__(self, model, bias: torch.Tensor) -> None:
+        self._model = model
+        self._bias = bias
+
+    def forward(self, tokens, positions=None, attn_mask=None, *, logits=True):
+        out = self._model.forward(tokens, positions, attn_mask, logits=logits)
+        return out + self._bias if logits and out.shape[-1] == self._bias.shape[-1] else out
+
+    def __getattr__(self, name):
+        return getattr(self._model, name)
+
+
+def _models(target_seed: int = 0, draft_seed: int = 1):
+    models = []
+    for seed in (target_seed, draft_seed):
+        m = tiny_decoder(seed=seed, dtype=torch.bfloat16, vocab=VOCAB, hidden=64, max_len=512)
+        m.lm_head.weight[VOCAB - len(SPECIALS):] *= 0.01  # rarely a stop token: longer texts
+        models.append(m)
+    return models
+
+
+def _engine(healing: str = "whitespace", k: int = 4, target=None, draft=None, **kw) -> Engine:
+    if target is None:
+        target, draft = _models()
+    kw.setdefault("max_len", 512)
+    return Engine(target, TOK, draft, TOK if draft is not None else None,
+                  EngineConfig(k=k, token_healing=healing, **kw))
+
+
+def _id(text: str) -> int:
+    ids = TOK.encode(text)
+    assert len(ids) == 1, (text, [TOK.decode([i]) for i in ids])
+    return ids[0]
+
+
+def test_the_tokenizer_ends_the_indentation_on_a_whitespace_token() -> None:
+    assert [TOK.decode([i]) for i in TOK.encode(PREFIX[-6:])] == ["{", "\n", "\t\t\t\t"]
+    assert TOK.encode("\t\t\t\treturn") == [_id("\t\t\t\treturn")]  # in a file: one token
+    assert [TOK.decode([i]) for i in TOK.encode("x = ")] == ["x", " ", "=", " "]
+
+
+@pytest.mark.parametrize("prefix, whitespace, prefix_rule", [
+    (PREFIX, "\t\t\t\t", "\t\t\t\t"),
+    ("x = ", " ", " "),
+    ("a.ba", "", ".ba"),     # .ba is a prefix of .bar: healed by the prefix rule only
+    ("a.bar", "", ""),       # nothing starts with .bar but itself
+    ("xyz", "", ""),
+    ("a\t", "\t", "\t"),
+])
+def test_which_endings_are_healed(prefix: str, whitespace: str, prefix_rule: str) -> None:
+    prompts = PromptBuilder(TOK)
+    for mode, want in (("whitespace", whitespace), ("prefix", prefix_rule)):
+        healer = Healer(TOK, mode, prompts.stop_ids)
+        healed, removed = prompts.build_healed(prefix, "\n}", "", healer.cut)
+        assert TOK.decode(removed) == want, mode
+        full = prompts.build(prefix, "\n}")
+        assert prompts.build_healed(prefix, "\n}")[0] == full  # no heal: the plain prompt
+        p, s = prompts.fim[0], prompts.fim[1]
+        # the prefix's tokens lose their end, nothing else changes
+        assert healed[: healed.index(s)] + removed == full[: full.index(s)] and healed[0] == p
+        assert healed[healed.index(s):] == full[full.index(s):]
+
+
+def test_psm_line_heals_the_typed_line_only() -> None:
+    prompts = PromptBuilder(TOK, PromptWindows(prompt_layout="psm-line"))
+    healer = Healer(TOK, "whitespace", prompts.stop_ids)
+    prompt, removed = prompts.build_healed("a = 1\nx = ", "\n", "", healer.cut)
+    assert TOK.decode(removed) == " " and prompt == prompts.build("a = 1\nx = ", "\n")[:-1]
+    # at a line start nothing is typed: the prompt ends in <|fim_middle|>, nothing to heal
+    prompt, removed = prompts.build_healed("a = 1\n", "\n", "", healer.cut)
+    assert removed == [] and prompt[-1] == prompts.fim[2]
+
+
+def test_the_constraint_allows_extensions_and_prefixes_of_the_removed_text() -> None:
+    index = vocab_index(TOK, PromptBuilder(TOK).stop_ids)
+    assert vocab_index(TOK, PromptBuilder(TOK).stop_ids) is index  # built once per tokenizer
+    allowed = {TOK.decode([i]) for i in index.allowed(b"\t\t", VOCAB).nonzero().flatten().tolist()}
+    assert allowed == {"\t", "\t\t", "\t\t\t\t", "\t\t\t\t\t", "\t\t\t\tr", "\t\t\t\tre", "\t\t\t\tret",
+                       "\t\t\t\tretu", "\t\t\t\tretur", "\t\t\t\treturn"}
+    assert index.extends(b"\t") and not index.extends(b"\t\t\t\treturn") and not index.extends(b".bar")
+    assert not index.allowed(b"<", VOCAB)[[TOK.token_id(t) for t in SPECIALS]].any()  # control tokens never
+
+
+def test_the_setting_is_declared_once_and_off_by_default() -> None:
+    assert EngineConfig().token_healing in HEALING and HEALING[0] == "off"
+    assert _engine("off")._build(CompletionRequest(PREFIX, SUFFIX))[1] == []
+    with pytest.raises(ValueError):
+        Healer(TOK, "off")
+
+
+@pytest.mark.parametrize("prefix, suffix", PROMPTS)
+def test_the_completion_starts_with_the_removed_text(prefix: str, suffix: str) -> None:
+    engine = _engine("prefix")
+    prompt, removed = engine._build(CompletionRequest(prefix, suffix))
+    removed_text = TOK.decode(removed)
+    assert removed_text
+    c = engine.complete(CompletionRequest(prefix, suffix, max_tokens=12, mode="target"))
+    first = TOK.decode(c.tokens[:1])
+    assert first.startswith(removed_text) or removed_text.startswith(first)
+    text = TOK.decode(c.tokens)
+    assert text.startswith(removed_text)
+    assert c.text == text[len(removed_text):]  # the client sees what follows the cursor, once
+    assert c.stats.new_tokens == len(c.tokens) and c.stats.prompt_tokens == len(prompt)
+
+
+def test_the_indentation_is_not_repeated() -> None:
+    """A model that always starts a line with ``\\t\\t\\t\\treturn`` (indentation and all), as the
+    real pair did after a prompt ending in ``\\t\\t\\t\\t``: unhealed, its answer repeats the
+    indentation; healed, it writes the indentation's token over again and the client sees
+    ``return``."""
+    target, draft = _models()
+    bias = torch.zeros(VOCAB)
+    bias[_id("\t\t\t\treturn")] = 50.0
+    target, draft = Biased(target, bias), Biased(draft, bias)
+    request = CompletionRequest(PREFIX, SUFFIX, max_tokens=6)
+    off = _engine("off", target=target, draft=draft).complete(request)
+    assert off.text.startswith("\t\t\t\treturn")
+    for mode in ("whitespace", "prefix"):
+        on = _engine(mode, target=target, draft=draft).complete(request)
+        assert on.tokens[0] == _id("\t\t\t\treturn")
+        assert on.text.startswith("return") and not on.text.startswith("\t")
+
+
+@pytest.mark.parametrize("k, tree", [(1, "off"), (4, "off"), (3, "on")])
+def test_greedy_speculative_equals_target_only_with_healing(k: int, tree: str) -> None:
+    engine = _engine("prefix", k=k, tree=tree)
+    for prefix, suffix in PROMPTS:
+        target = engine.complete(CompletionRequest(prefix, suffix, max_tokens=24, mode="target"))
+        spec = engine.complete(CompletionRequest(prefix, suffix, max_tokens=24, mode="spec"))
+        assert spec.tokens == target.tokens and spec.text == target.text
+        assert spec.stats.mode == "spec" and spec.stats.drafted > 0
+        # the draft's cache holds the healing tokens (the loop's prefill fed them)
+        prompt, removed = engine._build(CompletionRequest(prefix, suffix))
+        healed_prompt = prompt + spec.tokens[: _healing_len(spec.tokens, TOK.decode(removed))]
+        assert engine.draft.common_prefix(torch.tensor(healed_prompt)) >= len(healed_prompt) - 1
+
+
+def test_greedy_with_healing_equals_a_plain_generation_from_the_healed_prompt() -> None:
+    """Healing forces the first tokens only: after them, the text is the target's own greedy text
+    from the healed prompt (the constrained tokens fed back)."""
+    from specd.engine.speculative import generate
+
+    engine = _engine("whitespace", k=4)
+    c = engine.complete(CompletionRequest(PREFIX, SUFFIX, max_tokens=16, mode="spec"))
+    prompt, removed = engine._build(CompletionRequest(PREFIX, SUFFIX))
+    m = _healing_len(c.tokens, TOK.decode(removed))
+    engine.reset()
+    rest, _ = generate(engine.target, prompt + c.tokens[:m], Decoding(16 - m, SamplingParams(allowed=engine._allowed),
+                                                                      engine.prompts.stop_ids))
+    assert c.tokens[m:] == rest[: len(c.tokens) - m]
+
+
+def test_healing_samples_follow_the_constrained_target() -> None:
+    """The healing token is drawn from the target's warped distribution restricted to the allowed ids."""
+    engine = _engine("whitespace", k=0, draft=None, target=_models()[0])
+    healer = engine._healer
+    prompt, removed = engine._build(CompletionRequest("x = ", "\n"))
+    allowed = healer.index.allowed(b" ", VOCAB)
+    params = SamplingParams(temperature=1.5, allowed=engine._allowed)
+    engine.reset()
+    logits = engine.target.forward(torch.tensor(prompt))[-1].float()
+    exact = torch.softmax((logits / 1.5).masked_fill(~allowed, float("-inf")), -1).double()
+    engine.reset()
+    g = torch.Generator().manual_seed(3)
+    counts = torch.zeros(VOCAB, dtype=torch.float64)
+    samples = 1000
+    for _ in range(samples):
+        h = healer.heal(healer.begin(removed), engine.target, prompt, Decoding(1, params, generator=g))
+        counts[h.tokens[0]] += 1
+    keep = exact > 0
+    assert counts[~keep].sum() == 0  # never a token outside the constraint
+    expected = exact * samples
+    # tokens expected fewer than 5 times are pooled, as a chi-square test needs
+    small = keep & (expected < 5)
+    obs = torch.cat([counts[keep & ~small], counts[small].sum()[None]])
+    exp = torch.cat([expected[keep & ~small], expected[small].sum()[None]])
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    df = len(obs) - 1
+    p = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
+    assert p > 1e-4
+
+
+def test_a_stop_string_in_the_removed_text_does_not_stop_the_completion() -> None:
+    """The prompt ends in ``\n`` (healed) and the request stops at ``\n``: the stop applies to
+    the text after the cursor only."""
+    engine = _engine("whitespace")
+    prefix = "def f(a):\n  return a\n"
+    assert TOK.decode(engine._build(CompletionRequest(prefix, "\n"))[1]) == "\n"
+    for seed in range(3):
+        c = engine.complete(CompletionRequest(prefix, "\n", max_tokens=10, stop=("\n",), temperature=1.0, seed=seed))
+        full = TOK.decode(c.tokens)
+        assert full.startswith("\n") and c.text == full[1:].split("\n")[0]
+
+
+def _healing_len(tokens: list[int], removed: str) -> int:
+    """How many of ``tokens`` healing generated: the fewest whose text holds ``removed``."""
+    return next(m for m in range(1, len(tokens) + 1) if TOK.decode(tokens[:m]).startswith(removed))
+
+
+def test_max_tokens_bounds_the_healing_steps_too() -> None:
+    engine = _engine("whitespace")
+    for n in (1, 2, 3):
+        c = engine.complete(CompletionRequest(PREFIX, SUFFIX, max_tokens=n, mode="spec"))
+        assert len(c.tokens) <= n and c.stats.new_tokens == len(c.tokens)
+
+
+def test_typing_along_a_healed_suggestion_gives_the_cold_answer() -> None:
+    """The continuation cache drafts the rest of a healed suggestion; the answer is a cold one's."""
+    engine = _engine("whitespace", k=4)
+    first = engine.complete(CompletionRequest("x = ", "\n", max_tokens=16))
+    assert len(first.text) > 3
+    typed = "x = " + first.text[:2]
+    warm = engine.complete(CompletionRequest(typed, "\n", max_tokens=12))
+    engine.reset()
+    cold = engine.complete(CompletionRequest(typed, "\n", max_tokens=12, mode="target"))
+    assert warm.text == cold.text and warm.tokens == cold.tokens
+
+
+def test_warm_brings_the_caches_to_the_healed_prompt() -> None:
+    engine = _engine("whitespace")
+    request = CompletionRequest(PREFIX, SUFFIX, max_tokens=8)
+    cached = engine.warm(request)
+    prompt, removed = engine._build(request)
+    assert removed and cached == len(prompt) - 1
+    c = engine.complete(request)
+    assert c.stats.prefill_reused == len(prompt) - 1
