@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 import torch
@@ -22,9 +23,9 @@ from specd.models.errors import ModelError
 from specd.models.gguf_convert import write_tokenizer_dir
 from specd.models.gguf_float import GgufFloatWeights
 from specd.models.gguf_model import GgufFile, GgufLinearFactory, GgufWeights
-from specd.models.modes import AUTO_QUANT, BACKENDS, GGUF_QUANT, KERNEL_QUANTS, ORT_QUANTS, auto_target_quant
+from specd.models.modes import AUTO_QUANT, BACKENDS, DEFAULT_TARGET_QUANT, GGUF_QUANT, KERNEL_QUANTS, auto_target_quant
 from specd.models.pull import converted_dir, gguf_path, is_pulled, recorded_sha256, sha256_file, write_record
-from specd.models.quantize import check_mode, compute_dtype, linear_factory
+from specd.models.quantize import check_mode, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
 from specd.models.tokenizer import Tokenizer
 from specd.models import hub_gguf
@@ -147,14 +148,54 @@ def _read_weights(directory: Path) -> Mapping[str, torch.Tensor]:
     return _LazyWeights(files)
 
 
-def _calibrate(config: ModelConfig, weights: Mapping[str, torch.Tensor], tokenizer: Tokenizer, spec: str, quant: str) -> dict[str, torch.Tensor]:
-    """Run the dense model over real code once: each layer's outlier input channels (int8 on the
-    fallback runtime) or each input channel's mean square (int4's scale search)."""
+# a calibration statistic: per linear layer, a tensor per input channel (specd.models.calibrate)
+Statistic = Callable[[Decoder, list[list[int]]], dict[str, torch.Tensor]]
+
+
+def _calibrate(config: ModelConfig, weights: Mapping[str, torch.Tensor], tokenizer: Tokenizer, spec: str, quant: str,
+               stat: Statistic) -> dict[str, torch.Tensor]:
+    """Run the dense model over real code once for ``stat``: each layer's outlier input channels
+    (int8 on the fallback runtime) or each input channel's mean square (int4's scale search)."""
     print(f"specd: calibrating {spec} for {quant} (once; stored with the quantized weights)", file=sys.stderr)
     # float32: MKL's GEMM; bf16 on a CPU without native bf16 is 2.3x slower for the same statistics
     dense = Decoder(config, weights, compute_dtype=torch.float32, max_len=600)
-    stat = channel_meansq if quant == "int4" else channel_absmax
     return stat(dense, calibration_tokens(tokenizer))
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    """One ``load_model`` call with its quant mode and backend resolved: what a mode's builder reads."""
+
+    spec: str
+    mode: QuantMode
+    backend: str  # "torch" or "ort" (never "auto")
+    max_len: int
+    device: str
+    head_vocab: int
+    threads: int
+    row_attention: bool
+
+
+@dataclass(frozen=True)
+class QuantMode:
+    """How a model loads in one quant mode (the names are in ``specd.models.modes``, what each one
+    means in ``specd.models.quantize``). ``MODES`` holds one per mode; ``auto`` is not one, it
+    resolves to one (``resolve_quant``)."""
+
+    name: str
+    build: Callable[[LoadRequest], LoadedModel]
+    backends: tuple[str, ...] = ("torch",)  # the runtimes that run it (ort: on the CPU only)
+    compute_dtype: torch.dtype = torch.bfloat16  # what the torch runtime computes activations in
+    # the statistic its CPU quantizer weighs; computed only when that quantizer asks for it (see
+    # ``quantize.linear_factory``'s ``calibrate``); None: the mode never calibrates
+    calibration: Statistic | None = None
+
+
+def resolve_quant(spec: str, quant: str, backend: str, device: str) -> str:
+    """``quant`` itself, or for ``auto`` the mode it runs ``spec`` as (``modes.auto_target_quant``)."""
+    if quant != AUTO_QUANT:
+        return quant
+    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, q8.unavailable() is None)
 
 
 def resolve_backend(backend: str, quant: str, device: str) -> str:
@@ -168,32 +209,44 @@ def resolve_backend(backend: str, quant: str, device: str) -> str:
         return "torch"
     if quant in KERNEL_QUANTS and q8.available() or quant == GGUF_QUANT:
         return "torch"
-    return "ort" if quant in ORT_QUANTS else "torch"
+    return "ort" if quant in modes_on("ort") else "torch"
+
+
+def modes_on(backend: str) -> tuple[str, ...]:
+    """The quant modes ``backend`` runs."""
+    return tuple(name for name, mode in MODES.items() if backend in mode.backends)
 
 
 def load_model(
-    spec: str, *, quant: str = "bf16", max_len: int = 4096, device: str = "cpu", head_vocab: int = 0,
-    backend: str = "auto", threads: int = 0,
+    spec: str, *, quant: str = DEFAULT_TARGET_QUANT, max_len: int = 4096, device: str = "cpu", head_vocab: int = 0,
+    backend: str = "auto", threads: int = 0, row_attention: bool = True,
 ) -> LoadedModel:
-    """Load ``spec`` with its linear layers in ``quant`` (see ``specd.models.quantize``).
+    """Load ``spec`` with its linear layers in ``quant`` (``MODES``; ``auto``: ``resolve_quant``).
     ``head_vocab > 0`` keeps only that many most frequent tokens in the output head (drafts).
     ``backend``: ``torch`` (``Decoder``) or ``ort`` (``OrtDecoder``, ONNX Runtime, CPU; modes
     int8 | int4 | fp32; ``threads`` sets its intra-op threads, 0 = ORT's default), or ``auto``
-    (``resolve_backend``)."""
+    (``resolve_backend``). ``row_attention``: batch-invariant rows, a position's numbers
+    independent of the other rows in its forward (a target's; a draft may pass False, see
+    ``Decoder``)."""
     if backend not in BACKENDS:
         raise ModelError(f"{spec}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
-    if quant == AUTO_QUANT:
-        quant = auto_target_quant(is_gguf_source(spec) and backend != "ort", device, q8.unavailable() is None)
+    quant = resolve_quant(spec, quant, backend, device)
     backend = resolve_backend(backend, quant, device)
     if backend == "ort":
-        if quant not in ORT_QUANTS:
-            raise ModelError(f"{spec}: the ort backend runs {', '.join(ORT_QUANTS)}, not {quant!r}")
+        if quant not in modes_on("ort"):
+            raise ModelError(f"{spec}: the ort backend runs {', '.join(modes_on('ort'))}, not {quant!r}")
         if device != "cpu":
             raise ModelError(f"{spec}: the ort backend runs on the CPU only, not {device!r}")
     else:
-        check_mode(quant, device, spec)
-    if quant == GGUF_QUANT:
-        return _load_gguf(spec, max_len=max_len, head_vocab=head_vocab)
+        check_mode(quant, device, spec)  # an unknown mode, or one this device cannot run
+    mode = MODES[quant]
+    return mode.build(LoadRequest(spec, mode, backend, max_len, device, head_vocab, threads, row_attention))
+
+
+def _load_source(req: LoadRequest) -> LoadedModel:
+    """The modes that read float weights (a GGUF file's, dequantized a tensor at a time, or a
+    Hugging Face directory's): dense, or quantized once and stored, on torch or ONNX Runtime."""
+    spec, quant = req.spec, req.mode.name
     source = resolve(spec)
     directory = source.directory
     if source.gguf is not None:
@@ -212,26 +265,27 @@ def load_model(
         raise ModelError(f"{directory}: no tokenizer.json")
     tokenizer = Tokenizer.from_file(tok_path)
     head_rows = None
-    if 0 < head_vocab < config.vocab_size:
-        head_rows = subvocab.load(directory, head_vocab, tokenizer)
-    if backend == "ort":
+    if 0 < req.head_vocab < config.vocab_size:
+        head_rows = subvocab.load(directory, req.head_vocab, tokenizer)
+    if req.backend == "ort":
         # imported here: onnx and onnxruntime load only for models that run on ONNX Runtime
         from specd.models.ort_runtime import load_ort
 
-        model = load_ort(directory, config, read_weights, mode=quant, name=spec, max_len=max_len,
-                         threads=threads, head_rows=head_rows,
+        model = load_ort(directory, config, read_weights, mode=quant, name=spec, max_len=req.max_len,
+                         threads=req.threads, head_rows=head_rows, row_attention=req.row_attention,
                          stamp=f"gguf:{source.sha256}" if source.gguf is not None else None)
         return LoadedModel(spec, directory, config, model, tokenizer)
     weights = read_weights()
-    if source.gguf is not None and device == "cpu" and not config.tie_word_embeddings:
+    if source.gguf is not None and req.device == "cpu" and not config.tie_word_embeddings:
         # the embedding stays in the file's blocks (its rows looked up, rounded as the bf16 copy's)
         weights = GgufFloatWeights(file, embedding_blocks=True)
-    factory = linear_factory(directory, quant, spec, device, source_sha256=source.sha256)
-    if factory is not None and getattr(factory, "needs_calibration", False):
-        factory.stats = _calibrate(config, weights, tokenizer, spec, quant)
+    stat = req.mode.calibration
+    calibrate = None if stat is None else partial(_calibrate, config, weights, tokenizer, spec, quant, stat)
+    factory = linear_factory(directory, quant, spec, req.device, source_sha256=source.sha256, calibrate=calibrate)
     try:
-        decoder = Decoder(config, weights, compute_dtype=compute_dtype(quant), max_len=max_len,
-                          device=device, linear_factory=factory, head_rows=head_rows)
+        decoder = Decoder(config, weights, compute_dtype=req.mode.compute_dtype, max_len=req.max_len,
+                          device=req.device, linear_factory=factory, head_rows=head_rows,
+                          row_attention=req.row_attention)
     except KeyError as e:
         raise ModelError(f"{where}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
     if factory is not None:
@@ -265,9 +319,10 @@ def _gguf_source(spec: str) -> tuple[Path, Path]:
                      f".gguf file or a published model; use int8 / int4 / bf16 for it")
 
 
-def _load_gguf(spec: str, *, max_len: int, head_vocab: int) -> LoadedModel:
+def _load_gguf(req: LoadRequest) -> LoadedModel:
     """Quant mode gguf (``specd.models.gguf_model``): the decoder over the file's own blocks; the
     tokenizer (and config.json) built once beside the cache, no weights converted."""
+    spec = req.spec
     why = q8.unavailable()
     if why:
         raise ModelError(f"{spec}: quant mode gguf runs on specd's kernels: {why}")
@@ -278,11 +333,24 @@ def _load_gguf(spec: str, *, max_len: int, head_vocab: int) -> LoadedModel:
         print(f"specd: building the tokenizer of {path} once into {tok_dir}", file=sys.stderr)
         write_tokenizer_dir(path, tok_dir, config)
     tokenizer = Tokenizer.from_file(tok_dir / "tokenizer.json")
-    head_rows = subvocab.load(tok_dir, head_vocab, tokenizer) if 0 < head_vocab < config.vocab_size else None
+    head_rows = subvocab.load(tok_dir, req.head_vocab, tokenizer) if 0 < req.head_vocab < config.vocab_size else None
     factory = GgufLinearFactory(file, head_rows, spec)
     try:
-        decoder = Decoder(config, GgufWeights(file), compute_dtype=torch.bfloat16, max_len=max_len,
-                          linear_factory=factory, head_rows=head_rows)
+        decoder = Decoder(config, GgufWeights(file), compute_dtype=req.mode.compute_dtype, max_len=req.max_len,
+                          linear_factory=factory, head_rows=head_rows, row_attention=req.row_attention)
     except KeyError as e:
         raise ModelError(f"{path}: {e.args[0]}; the file does not fit a {config.architecture} model") from e
     return LoadedModel(spec, path, config, decoder, tokenizer)
+
+
+# one entry per quant mode (specd.models.modes.TARGET_QUANTS, less auto), in that order
+MODES: dict[str, QuantMode] = {m.name: m for m in (
+    # calibration: outlier input channels kept dense, on the fallback runtime (fbgemm; specd's INT8 blocks need none)
+    QuantMode("int8", _load_source, ("torch", "ort"), calibration=channel_absmax),
+    QuantMode("fp8", _load_source),
+    # calibration: the channels' mean squares weigh the scale search of specd's INT4 blocks (q8.pack4)
+    QuantMode("int4", _load_source, ("torch", "ort"), calibration=channel_meansq),
+    QuantMode("bf16", _load_source),
+    QuantMode("fp32", _load_source, ("torch", "ort"), compute_dtype=torch.float32),
+    QuantMode(GGUF_QUANT, _load_gguf),
+)}

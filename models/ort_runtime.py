@@ -118,6 +118,7 @@ class OrtDecoder(CacheOwner):
         head_rows: list[int] | None = None,
         name: str = "model",
         mode: str = "",
+        row_attention: bool = True,
     ) -> None:
         ort = _ort()
         self.config = config
@@ -145,8 +146,8 @@ class OrtDecoder(CacheOwner):
         # True: a position's logits must not depend on the other rows in the forward (targets).
         # The 8-bit kernel is batch-invariant as is; the 4-bit one is for 2+ rows but takes
         # another path for exactly one row, so one-token forwards are padded to two rows.
-        # The engine turns it off for drafts (through ``row_attention``, as for ``Decoder``).
-        self.batch_invariant = True
+        # Off for drafts (``row_attention``, as for ``Decoder``).
+        self.batch_invariant = row_attention
         self.group = c.num_heads // c.num_kv_heads
         self.inv_freq = 1.0 / (c.rope_theta ** (np.arange(0, c.head_dim, 2, dtype=np.float64) / c.head_dim))
         self._io = self.session.io_binding()
@@ -163,7 +164,7 @@ class OrtDecoder(CacheOwner):
 
     @property
     def row_attention(self) -> bool:
-        """``Decoder``'s name for "batch-invariant rows" (the engine sets it False for drafts)."""
+        """``Decoder``'s name for "batch-invariant rows" (False for drafts: see ``load_ort``)."""
         return self.batch_invariant
 
     @row_attention.setter
@@ -294,10 +295,12 @@ def load_ort(
     threads: int = 0,
     head_rows: list[int] | None = None,
     stamp: str | None = None,
+    row_attention: bool = True,
 ) -> OrtDecoder:
     """The model in ``directory`` as an ``OrtDecoder``: from the stored graph when it is current,
     else built from ``read_weights()`` and stored (once). ``stamp`` identifies the float weights
-    (a GGUF source: its sha256); by default the directory's safetensors files."""
+    (a GGUF source: its sha256); by default the directory's safetensors files. ``row_attention``:
+    as ``Decoder``'s (False for a draft: its rows need not be batch-invariant)."""
     if mode not in ORT_QUANTS:
         raise ModelError(f"{name}: the ONNX Runtime backend runs {', '.join(ORT_QUANTS)}, not {mode!r}")
     stamp = source_stamp(directory) if stamp is None else stamp
@@ -318,4 +321,4 @@ def load_ort(
             raise ModelError(f"{directory}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
         except OSError as e:
             raise ModelError(f"{name} ({mode}): cannot store the ONNX graph at {path}: {e}") from e
-    return OrtDecoder(config, path, max_len, threads, head_rows, name, mode)
+    return OrtDecoder(config, path, max_len, threads, head_rows, name, mode, row_attention)

@@ -51,10 +51,8 @@ from specd.models.quant import (
 )
 
 INT4_GROUP = 64
-
-
-def compute_dtype(mode: str) -> torch.dtype:
-    return torch.float32 if mode == "fp32" else torch.bfloat16
+# calibration statistics by layer name, computed when called (runs the dense model over real code)
+Calibrate = Callable[[], dict[str, torch.Tensor]]
 
 
 def check_mode(mode: str, device: str = "cpu", model: str = "model") -> None:
@@ -83,11 +81,6 @@ def _artifact(directory: Path, mode: str) -> Path:
 
 
 class LinearFactory(Protocol):
-    @property
-    def needs_calibration(self) -> bool:
-        """True when the layers need calibration statistics (``stats``) before quantizing."""
-        ...
-
     def __call__(self, name: str, weight: Callable[[], torch.Tensor]) -> Linear:
         """The layer ``name``; ``weight()`` reads its float weight (only if it must be quantized)."""
         ...
@@ -97,11 +90,13 @@ class LinearFactory(Protocol):
 
 
 def linear_factory(directory: Path | None, mode: str, model: str = "model", device: str = "cpu",
-                   source_sha256: str = "") -> LinearFactory | None:
+                   source_sha256: str = "", calibrate: Calibrate | None = None) -> LinearFactory | None:
     """A factory for ``Decoder``; None for dense modes. On CPU, quantized tensors are read from
     (or written once to) ``quant-<mode>.safetensors`` in ``directory``; call ``save()`` after
     building the model. ``source_sha256``: the GGUF the weights come from ('' for a directory's
-    safetensors); a stored artifact recording another file's is not used."""
+    safetensors); a stored artifact recording another file's is not used. ``calibrate``: the
+    calibration statistics by layer name (the loader's ``QuantMode.calibration``), computed once
+    here when this mode's CPU quantizer weighs them and something is left to quantize."""
     check_mode(mode, device, model)
     if mode in DENSE_QUANTS:
         return None
@@ -109,17 +104,16 @@ def linear_factory(directory: Path | None, mode: str, model: str = "model", devi
         raise ModelError(f"{model}: quant mode gguf runs a GGUF file's own blocks; pass a .gguf file or a published model")
     if device.startswith("cuda"):
         return cuda_linear_factory(mode)
-    return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model, source_sha256)
+    return _QuantStore(_artifact(directory, mode) if directory is not None else None, mode, model, source_sha256,
+                       calibrate)
 
 
 class _QuantStore:
     """Loads stored quantized tensors by layer name, quantizing (and saving) the missing ones."""
 
-    def __init__(self, path: Path | None, mode: str, model: str, source_sha256: str = "") -> None:
+    def __init__(self, path: Path | None, mode: str, model: str, source_sha256: str = "",
+                 calibrate: Calibrate | None = None) -> None:
         self.path, self.mode, self.model, self.source_sha256 = path, mode, model, source_sha256
-        # per-channel input absmax by layer name (``specd.models.calibrate``); int8 uses it to
-        # keep outlier channels dense
-        self.stats: dict[str, torch.Tensor] = {}
         self.stored: dict[str, torch.Tensor] = {}
         self.fresh: dict[str, torch.Tensor] = {}
         self.expected = 0
@@ -136,12 +130,11 @@ class _QuantStore:
                     self.stored = load_file(str(path))
             except Exception as e:
                 raise ModelError(f"{model}: corrupt quantized artifact {path} ({e}); delete it to rebuild") from e
-
-    @property
-    def needs_calibration(self) -> bool:
-        """int8 without specd's kernel: outlier channels; int4 on it: the channels' mean squares
-        weigh the scale search (``q8.pack4``). Only when something is left to quantize."""
-        return ((self.mode == "int8" and not self.use_q8) or self.use_q4) and not self.stored
+        # per input channel by layer name (``specd.models.calibrate``): int8 without specd's kernel
+        # keeps its outlier channels dense; int4 on it weighs the scale search (``q8.pack4``) by
+        # their mean squares. Computed only when something is left to quantize.
+        needs = (mode == "int8" and not self.use_q8) or self.use_q4
+        self.stats: dict[str, torch.Tensor] = calibrate() if calibrate is not None and needs and not self.stored else {}
 
     def __call__(self, name: str, weight: Callable[[], torch.Tensor]) -> Linear:
         tensors = {k[len(name) + 1 :]: v for k, v in self.stored.items() if k.startswith(name + ":")}

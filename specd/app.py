@@ -39,12 +39,10 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
                         backend=config.target_backend, threads=config.threads)
     draft = None
     if config.draft and config.drafter != "ngram":
+        # row_attention off: only the target's numbers define the output, the draft may batch its attention
         draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
                            device=config.device, head_vocab=config.draft_head_vocab,
-                           backend=config.draft_backend, threads=config.threads)
-        if hasattr(draft.model, "row_attention"):
-            # only the target's numbers define the output: the draft may batch its attention
-            draft.model.row_attention = False
+                           backend=config.draft_backend, threads=config.threads, row_attention=False)
     draft_model = draft.model if draft else None
     costs = None
     if config.k == "auto" and (draft_model is not None or config.drafter != "model"):
