@@ -16,7 +16,6 @@ import math
 import mmap
 import re
 import struct
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -224,10 +223,6 @@ class GgufFile:
             hi = min(rows, lo + CHUNK_ROWS)
             out[lo:hi] = _rows_float32(t.qtype, raw[lo:hi], k)  # (copy_ rounds as .to(dtype) does)
         return out.reshape(tuple(reversed(t.dims)))
-
-    def type_counts(self) -> dict[str, int]:
-        """Tensors by type name (``{'Q4_K': 169, 'Q6_K': 29, 'F32': 141}``)."""
-        return dict(Counter(type_name(t.qtype) for t in self.tensors.values()))
 
 
 class GgufWeights(LazyWeights[object]):

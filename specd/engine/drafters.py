@@ -57,10 +57,6 @@ class Tree:
 Proposal = Chain | Tree
 
 
-def empty_chain() -> Chain:
-    return Chain(torch.zeros(0, dtype=torch.long), None)
-
-
 class Drafter(Protocol):
     @property
     def max_len(self) -> int:
