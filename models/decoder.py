@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from specd.models.config import ModelConfig
-from specd.models.kv_cache import CacheOwner, KVCache
+from specd.models.kv_cache import CacheOwner, HiddenStates, KVCache
 from specd.models.profile import PhaseClock
 from specd.models import q8layer
 from specd.models.q8layer import FusedLayers
@@ -308,8 +308,10 @@ class Decoder(CacheOwner):
             clock.add("layers", t1 - t0)
             t0 = t1
         if not logits:
+            self.hidden = None
             return torch.empty(n, 0)
         x = self._rms(x, self.norm)
+        self.hidden = HiddenStates(start, x)  # [n, H]: what draft heads read
         if self.observer is not None:
             self.observer(HEAD_INPUT, x)
         scores = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head

@@ -123,12 +123,25 @@ def common_prefix(cached: torch.Tensor, length: int, tokens: torch.Tensor) -> in
     return int(torch.argmin(same.to(torch.int8)).item())
 
 
+@dataclass(frozen=True)
+class HiddenStates:
+    """A forward's final-normed hidden states (the output head's input): ``states`` ``[n, H]``,
+    row ``i`` for the forward's token ``i``, fed at cache slot ``start + i``."""
+
+    start: int
+    states: torch.Tensor
+
+
 class CacheOwner:
     """The cache-control half of the ``CausalLM`` protocol, for a runtime holding ``self.cache``
     (a ``KVCache`` or anything with its ``length`` / ``rollback`` / ``keep`` / ``common_prefix``)."""
 
     cache: KVCache
     clock: PhaseClock | None = None  # set through profile()
+    hidden: HiddenStates | None = None  # the last forward's, where the runtime keeps them
+
+    def last_hidden(self) -> HiddenStates | None:
+        return self.hidden
 
     def profile(self, clock: PhaseClock | None) -> None:
         """Add each forward's phase seconds to ``clock`` from now on (None: stop); see
@@ -141,14 +154,17 @@ class CacheOwner:
 
     def rollback(self, length: int) -> None:
         self.cache.rollback(length)
+        if self.hidden is not None and length <= self.hidden.start:
+            self.hidden = None  # none of its rows is cached any more
 
     def keep(self, start: int, indices: torch.Tensor) -> None:
         """After a token-tree forward: keep positions ``start + indices`` (ascending) as
         ``start, start+1, ...``."""
         self.cache.keep(start, indices)
+        self.hidden = None  # its rows were in tree order
 
     def reset(self) -> None:
-        self.cache.rollback(0)
+        self.rollback(0)
 
     def common_prefix(self, tokens: torch.Tensor) -> int:
         return self.cache.common_prefix(tokens)
@@ -161,6 +177,7 @@ class CacheOwner:
         """Write ``rows`` (a copy from :meth:`kv_rows` of a model with the same weights, computed
         from ``tokens``) at ``start``; the cache then ends after them."""
         self.cache.put_rows(start, rows, tokens)
+        self.hidden = None
 
     def kv_bytes_per_token(self) -> int:
         return self.cache.bytes_per_token()

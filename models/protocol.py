@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from specd.models.kv_cache import KVRows
+from specd.models.kv_cache import HiddenStates, KVRows
 
 
 class CausalLM(Protocol):
@@ -47,6 +47,11 @@ class CausalLM(Protocol):
         ...
 
     def common_prefix(self, tokens: torch.Tensor) -> int: ...
+
+    def last_hidden(self) -> HiddenStates | None:
+        """The hidden states of the last forward that computed logits (what draft heads read), or
+        None (none yet, the last forward only filled the cache, or a runtime that cannot tell)."""
+        ...
 
     def kv_rows(self, start: int, end: int) -> KVRows:
         """A copy of cached positions ``start .. end-1`` (a prefix cache keeps it)."""

@@ -39,6 +39,8 @@ RULES: dict[str, tuple[str, ...]] = {
     "specd.schema": ("specd.engine", "specd.daemon", "specd.requests", "specd.config", "specd.models", *FACES),
     "specd.lsp": ("specd.cli", "specd.bench", "specd.app"),
     "specd.bench": ("specd.cli", "specd.lsp", "specd.daemon"),
+    # training draft heads: a tool over the models (and their data), below the faces
+    "specd.heads": ("specd.engine", "specd.daemon", "specd.remote", *FACES),
 }
 # the bench reaches models through the engine and specd.app; of specd.models it may name only these
 BENCH_MAY_IMPORT = ("specd.models.protocol", "specd.models.registry", "specd.models.modes", "specd.models.errors")

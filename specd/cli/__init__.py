@@ -14,7 +14,7 @@ from specd.models.errors import ModelError
 from specd.requests import Cancelled, RequestError
 from specd.schema import ConfigError
 
-COMMANDS = ("complete", "serve", "lsp", "models", "bench")
+COMMANDS = ("complete", "serve", "lsp", "models", "bench", "heads")
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -1,0 +1,90 @@
+"""``specd heads``: make the data draft heads train on, train them, report their held-out figures."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specd.models.registry import DEFAULT_TARGET, cache_root
+
+
+def _default_dir(target: str) -> Path:
+    return cache_root() / "heads" / Path(target).name
+
+
+def register(subparsers: Any) -> None:
+    h = subparsers.add_parser("heads", help="train Medusa draft heads for a target on this machine")
+    hsub = h.add_subparsers(dest="heads_command", required=True)
+    d = hsub.add_parser("data", help="run the target over the corpus (specd.heads.corpus) and store what heads "
+                                     "train on; resumes where an earlier run stopped")
+    d.add_argument("--target", default=DEFAULT_TARGET, help="the target model (default: %(default)s)")
+    d.add_argument("--tokens", type=int, default=250_000, help="corpus tokens to store in all (default: %(default)s)")
+    d.add_argument("--out", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data)")
+    d.set_defaults(func=cmd_data)
+    t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
+    t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
+    t.add_argument("--data", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data)")
+    t.add_argument("--out", type=Path, help="heads file (default: ~/.cache/specd/heads/TARGET/medusa.safetensors)")
+    t.add_argument("--heads", type=int, default=4)
+    t.add_argument("--vocab", type=int, default=8192, help="sub-vocabulary rows of the shared head")
+    t.add_argument("--steps", type=int, default=1500)
+    t.add_argument("--batch", type=int, default=512)
+    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--eval-every", type=int, default=250)
+    t.set_defaults(func=cmd_train)
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    # imported here: the models load only for the commands that run them
+    from specd.heads import data
+    from specd.models.loader import load_model
+
+    out = args.out or _default_dir(args.target) / "data"
+    settings = data.DataSettings(args.target)
+    model = load_model(args.target, quant="auto", max_len=settings.window)
+    manifest = data.make(model.model, model.tokenizer, out, settings, args.tokens,
+                         report=lambda line: print(line, file=sys.stderr, flush=True))
+    print(json.dumps(manifest, indent=1))
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from specd.heads import train
+    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads
+    from specd.models.loader import resolve
+
+    base = _default_dir(args.target)
+    directory = args.data or base / "data"
+    out = args.out or base / "medusa.safetensors"
+    settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=args.steps, batch=args.batch,
+                                   lr=args.lr, seed=args.seed, eval_every=args.eval_every)
+    torch.manual_seed(settings.seed)
+    report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    train_split, val = train.load(directory, settings.heads)
+    ids, covered = train.sub_vocabulary(train_split, settings.vocab)
+    report(f"heads train: {train_split.hidden.shape[0]} training positions, {val.hidden.shape[0]} held out; "
+           f"the {ids.numel()}-token sub-vocabulary covers {covered:.1%} of the target's greedy tokens")
+    source = resolve(args.target)
+    if source.gguf is None:
+        raise SystemExit("specd heads train: the shared head rows are read from the target's GGUF file; "
+                         f"{args.target} is not a GGUF model")
+    heads = MedusaHeads(settings.heads, HeadRows(source.gguf)(ids), ids)
+    log = train.train(heads, train_split, val, settings, report)
+    manifest = json.loads((directory / "manifest.json").read_text())
+    info = HeadsInfo(target=args.target, target_sha256=source.sha256, heads=settings.heads,
+                     hidden=int(heads.weight.shape[-1]), vocab=int(ids.numel()),
+                     trained_tokens=int(train_split.hidden.shape[0]),
+                     notes=f"specd heads train {json.dumps(settings.__dict__)}; data {manifest['settings']}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    heads.save(out, info)
+    record = {"heads": str(out), "info": info.__dict__, "sub_vocabulary_coverage": round(covered, 4),
+              "data": manifest, "log": log}
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    print(json.dumps(log[-1]["held_out"], indent=1))
+    return 0

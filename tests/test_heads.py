@@ -1,0 +1,171 @@
+"""Medusa draft heads: the data they train on, training, the head file, and drafting from them
+with the output still exactly the target's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from specd.engine.head_drafter import HeadDrafter
+from specd.engine.sampling import SamplingParams
+from specd.engine.speculative import Decoding, generate
+from specd.heads import data, train
+from specd.models.heads import HeadsInfo, MedusaHeads, load, read_info
+from specd.models.errors import ModelError
+from tests.test_sampling import _chi2_pvalue
+from tests.tiny import tiny_decoder
+
+
+def _heads(target, k: int = 3, vocab: int | None = None, seed: int = 0, scale: float = 0.3) -> MedusaHeads:
+    """Random heads over ``target``'s own output-head rows (``vocab`` of them: a sub-vocabulary)."""
+    g = torch.Generator().manual_seed(seed)
+    v = target.vocab_size
+    ids = torch.arange(v) if vocab is None else torch.randperm(v, generator=g)[:vocab].sort().values
+    head = target.lm_head.weight.float()[ids]  # [V', H]
+    heads = MedusaHeads(k, head, ids)
+    with torch.no_grad():
+        heads.weight.copy_(torch.randn(heads.weight.shape, generator=g) * scale)
+        heads.bias.copy_(torch.randn(heads.bias.shape, generator=g) * scale)
+    return heads
+
+
+def test_a_zero_head_guesses_what_the_target_head_would() -> None:
+    """Zero-initialised blocks leave the hidden state as it is: every head then ranks tokens as
+    the target's own output head does (the starting point training moves away from)."""
+    target = tiny_decoder(seed=3)
+    heads = MedusaHeads(2, target.lm_head.weight.float(), torch.arange(target.vocab_size))
+    logits = target.forward(torch.tensor([5, 9, 17, 4]))
+    h = target.last_hidden()
+    assert h is not None and h.start == 0 and h.states.shape == (4, target.config.hidden_size)
+    with torch.no_grad():
+        out = heads(h.states)  # [4, 2, V]
+    torch.testing.assert_close(out[:, 0], logits, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(out[:, 1], logits, rtol=1e-4, atol=1e-4)
+
+
+def test_hidden_states_follow_the_cache() -> None:
+    target = tiny_decoder(seed=1)
+    target.forward(torch.tensor([1, 2, 3]), logits=False)
+    assert target.last_hidden() is None  # a prefill computes no head input
+    target.forward(torch.tensor([4, 5]))
+    assert target.last_hidden().start == 3
+    target.rollback(4)
+    assert target.last_hidden() is not None  # row 0 (position 3) is still cached
+    target.rollback(3)
+    assert target.last_hidden() is None  # every row it held is gone
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("vocab", [None, 40])
+def test_greedy_matches_target_with_head_drafts(k: int, vocab: int | None) -> None:
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16)
+    prompt = [3, 17, 42, 8, 8, 61, 5]
+    plain, _ = generate(target, prompt, Decoding(40))
+    target.reset()
+    drafter = HeadDrafter(target, _heads(target, k=max(k, 3), vocab=vocab))
+    spec, stats = generate(target, prompt, Decoding(40), drafter, k=k)
+    assert spec == plain
+    assert stats.drafted > 0  # the heads did draft
+    assert drafter.rounds_without_state == 1  # only the first round has no hidden state
+
+
+def test_heads_that_know_the_target_are_accepted() -> None:
+    """Heads built to repeat the target's own greedy continuation get their drafts accepted:
+    the drafter reads the right hidden state (a drafter off by one position would be rejected)."""
+    torch.manual_seed(0)
+    target = tiny_decoder(seed=2, dtype=torch.bfloat16)
+    prompt = [7, 7, 7, 7]
+    plain, _ = generate(target, prompt, Decoding(30))
+    seq = prompt + plain
+    target.reset()
+    target.forward(torch.tensor(seq[:-1]))
+    hs = target.last_hidden().states  # [n, H]
+    # a head that maps each (distinct) hidden state to the token 1 + j after its next token
+    k = 2
+    v = target.vocab_size
+
+    class Oracle(MedusaHeads):
+        def draft_logits(self, hidden, k=None):
+            pos = int(((hs - hidden.float()).abs().sum(-1)).argmin())
+            out = torch.full((self.k, v), -1e9)
+            for j in range(1, self.k + 1):
+                if pos + 1 + j < len(seq):
+                    out[j - 1, seq[pos + 1 + j]] = 0.0
+            return out[: self.k if k is None else min(k, self.k)]
+
+    oracle = Oracle(k, target.lm_head.weight.float(), torch.arange(v))
+    target.reset()
+    out, stats = generate(target, prompt, Decoding(30), HeadDrafter(target, oracle), k=k)
+    assert out == plain
+    assert stats.accepted >= stats.drafted - 2 and stats.rounds <= 12
+
+
+@pytest.mark.slow
+def test_head_drafts_sample_from_the_target() -> None:
+    """Sampling: the joint distribution of the first two tokens with head drafts is the target's
+    exact one (chi-square), with heads confident enough that drafts are often rejected."""
+    target = tiny_decoder(seed=4, vocab=10, hidden=16)
+    heads = _heads(target, k=2, seed=5, scale=1.0)
+    prompt, v, samples = [1, 2, 3], 10, 20_000
+    with torch.no_grad():  # the exact joint p(t1) p(t2 | t1), from the target itself
+        target.reset()
+        p1 = torch.softmax(target.forward(torch.tensor(prompt)).double()[-1], -1)
+        exact = torch.zeros(v, v, dtype=torch.float64)
+        for t1 in range(v):
+            target.reset()
+            exact[t1] = p1[t1] * torch.softmax(target.forward(torch.tensor(prompt + [t1])).double()[-1], -1)
+    params = SamplingParams(temperature=1.0)
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(v, v, dtype=torch.float64)
+    drafted = 0
+    for _ in range(samples):
+        target.reset()
+        out, stats = generate(target, prompt, Decoding(3, params, generator=g), HeadDrafter(target, heads), k=2)
+        counts[out[0], out[1]] += 1
+        drafted += stats.drafted
+    assert drafted > samples // 2
+    assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
+
+
+def test_data_training_and_the_head_file(tmp_path: Path) -> None:
+    """Windows scored by a tiny target, heads trained on them (the loss falls), saved, read back."""
+    target = tiny_decoder(seed=6)
+    g = torch.Generator().manual_seed(0)
+    shard = data._Shard()
+    for w in range(12):
+        # a repetitive "corpus" the heads can learn: a cycle with a random start
+        start = int(torch.randint(0, 7, (1,), generator=g))
+        tokens = [(start + i) % 7 + 10 for i in range(48)]
+        argmax, hidden = data.score(target, tokens)
+        assert argmax.shape == (48,) and hidden.shape == (48, target.config.hidden_size)
+        item = data.Item("python", type("F", (), {"name": f"f{w}", "validation": w % 4 == 0})(), tokens)
+        shard.add(item, argmax, hidden)
+    shard.save(tmp_path / "shard-00000.pt")
+    tr, val = train.load(tmp_path, k=2)
+    assert val.hidden.shape[0] == 3 * 48 and tr.hidden.shape[0] == 9 * 48
+    ids, covered = train.sub_vocabulary(tr, target.vocab_size)
+    assert covered == 1.0
+    heads = MedusaHeads(2, target.lm_head.weight.float()[ids], ids)
+    before = train.evaluate(heads, val)
+    log = train.train(heads, tr, val, train.TrainSettings(heads=2, steps=60, batch=64, lr=3e-3, eval_every=60),
+                      report=lambda s: None)
+    after = log[-1]["held_out"]
+    assert after["all"]["head_top1"][0] > before["all"]["head_top1"][0]
+    path = tmp_path / "heads.safetensors"
+    heads.save(path, HeadsInfo("tiny", "", 2, target.config.hidden_size, int(ids.numel())))
+    assert read_info(path).heads == 2
+    back = load(path, lambda rows: target.lm_head.weight.float()[rows])
+    h = val.hidden[:5].float()
+    with torch.no_grad():
+        torch.testing.assert_close(back(h), heads(h), rtol=2e-2, atol=2e-2)  # stored in bfloat16
+
+
+def test_a_file_that_is_not_heads_is_refused(tmp_path: Path) -> None:
+    from safetensors.torch import save_file
+
+    path = tmp_path / "x.safetensors"
+    save_file({"a": torch.zeros(2)}, str(path))
+    with pytest.raises(ModelError, match="not a specd Medusa heads file"):
+        read_info(path)
