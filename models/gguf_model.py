@@ -224,6 +224,12 @@ class GgufFile:
             out[lo:hi] = _rows_float32(t.qtype, raw[lo:hi], k)  # (copy_ rounds as .to(dtype) does)
         return out.reshape(tuple(reversed(t.dims)))
 
+    def rows(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of a 2-D tensor as float32 ``[len(ids), k]`` (only those rows dequantized)."""
+        t = self.tensors[name]
+        raw = self.blocks(name).index_select(0, torch.as_tensor(ids, dtype=torch.long))
+        return _rows_float32(t.qtype, raw, t.dims[0])
+
 
 class GgufWeights(LazyWeights[object]):
     """The file's tensors by Hugging Face name, for ``Decoder``: the embedding as a
