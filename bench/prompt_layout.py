@@ -8,7 +8,7 @@ Three studies (each prints a markdown table; ``--json`` keeps the rows):
   (1 - Levenshtein / longer length), plus how many suggestions came out empty. Task sets: ``lines``
   (single-line tasks cut from real code, ``bench/line_tasks.py``; ``--split test`` is the reported
   split) and ``bench`` (the 36-task suite; scored on the first line of its middle).
-  Variants: ``--layouts psm,psm-line``, ``--prefix-tokens 512,1024``, ``--suffix-tokens 32``,
+  Variants: ``--layouts psm,spm``, ``--prefix-tokens 512,1024``, ``--suffix-tokens 32``,
   ``--contexts none,header,files`` (no repository context; the LSP's repository header alone; the
   header with two sibling files of the task's file, as the LSP sends recently edited documents).
 * ``typing``: speculative requests while a new line is typed (the prompt a keystroke sends:
@@ -103,11 +103,16 @@ class SpmBuilder(PromptBuilder):
                 *self.tokenizer.encode(prefix), m]
 
 
-def set_windows(engine, prompt_layout: str = "psm", **changes) -> None:
-    if prompt_layout == "spm":
-        engine.prompts = SpmBuilder(engine.tokenizer, PromptWindows(**changes))
-    else:
-        engine.prompts = PromptBuilder(engine.tokenizer, PromptWindows(prompt_layout=prompt_layout, **changes))
+# psm: specd's prompt; spm: bench-only (psm-line, measured in bench/RESULTS.md session 7, was removed)
+LAYOUTS = {"psm": PromptBuilder, "spm": SpmBuilder}
+
+
+def builder_for(layout: str, tokenizer, windows: PromptWindows) -> PromptBuilder:
+    return LAYOUTS[layout](tokenizer, windows)
+
+
+def set_windows(engine, layout: str = "psm", **changes) -> None:
+    engine.prompts = builder_for(layout, engine.tokenizer, PromptWindows(**changes))
 
 
 def mid_word(case: Case) -> bool:
@@ -135,7 +140,7 @@ def quality(engine, args, chosen: list[Case]) -> list[dict]:
         line_suffix = c.suffix.split("\n", 1)[0]
         seen: dict[tuple, dict] = {}
         for lay, pt, st, cx in variants:  # same task in a row: later variants reuse its cached KV
-            set_windows(engine, max_prefix_tokens=pt, max_suffix_tokens=st, prompt_layout=lay)
+            set_windows(engine, max_prefix_tokens=pt, max_suffix_tokens=st, layout=lay)
             ctx = context_for(c, cx)
             prompt = tuple(engine.prompts.build(c.prefix, c.suffix, ctx))
             if prompt in seen:  # the same tokens (e.g. the cursor at a line start): the same answer
@@ -182,7 +187,7 @@ def typing(engine, args, chosen: list[Case]) -> list[dict]:
     """Type each task's cursor line into a document that lacks it."""
     rows = []
     for lay in args.layouts.split(","):
-        set_windows(engine, prompt_layout=lay)
+        set_windows(engine, layout=lay)
         for c in chosen:
             line = c.before.rsplit("\n", 1)[0]  # text up to the previous line's end
             typed = c.prefix[len(c.before):] + c.target
@@ -250,8 +255,7 @@ def tokens(tokenizer, args, chosen: list[Case]) -> list[dict]:
     holding the previous prompt must compute, the last token included)."""
     rows = []
     for lay in args.layouts.split(","):
-        builder = (SpmBuilder if lay == "spm" else PromptBuilder)(
-            tokenizer, PromptWindows(**({} if lay == "spm" else {"prompt_layout": lay})))
+        builder = builder_for(lay, tokenizer, PromptWindows())
         for c in chosen:
             typed = c.prefix[len(c.before):] + c.target
             indent = len(typed) - len(typed.lstrip())
@@ -286,7 +290,7 @@ def main() -> int:
     ap.add_argument("--only", default="", help="comma-separated task ids")
     ap.add_argument("--first", type=int, default=0, help="the first N chosen tasks only (0: all)")
     ap.add_argument("--skip", type=int, default=0, help="skip the first N chosen tasks")
-    ap.add_argument("--layouts", default="psm,psm-line")
+    ap.add_argument("--layouts", default="psm", help="psm (specd's prompt) and/or spm (bench-only), comma-separated")
     ap.add_argument("--prefix-tokens", default="1024")
     ap.add_argument("--suffix-tokens", default="32")
     ap.add_argument("--cold-prefix-tokens", default="256,512,1024,2048", help="cold: prefix windows")
@@ -298,6 +302,9 @@ def main() -> int:
     ap.add_argument("--typing-tasks", type=int, default=8, help="typing and cold: the first N chosen tasks")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    unknown = [lay for lay in args.layouts.split(",") if lay not in LAYOUTS]
+    if unknown:
+        ap.error(f"unknown layout {unknown[0]!r}: use {', '.join(LAYOUTS)}")
     chosen = cases(args.tasks, args.split)
     if args.only:
         keep = set(args.only.split(","))

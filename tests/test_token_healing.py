@@ -12,7 +12,6 @@ from specd.engine.healing import Healer, _byte_decoder, vocab_index
 from specd.engine.prompt import PromptBuilder
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import Decoding
-from specd.engine.config import PromptWindows
 from tests.tiny import SPECIALS, tiny_decoder
 
 # tokens beyond the 256 bytes, each built by merges from two tokens listed before it
@@ -124,16 +123,6 @@ def test_which_endings_are_healed(prefix: str, whitespace: str, prefix_rule: str
         # the prefix's tokens lose their end, nothing else changes
         assert healed[: healed.index(s)] + removed == full[: full.index(s)] and healed[0] == p
         assert healed[healed.index(s):] == full[full.index(s):]
-
-
-def test_psm_line_heals_the_typed_line_only() -> None:
-    prompts = PromptBuilder(TOK, PromptWindows(prompt_layout="psm-line"))
-    healer = Healer(TOK, "whitespace", prompts.stop_ids)
-    prompt, removed = prompts.build_healed("a = 1\nx = ", "\n", "", healer.cut)
-    assert TOK.decode(removed) == " " and prompt == prompts.build("a = 1\nx = ", "\n")[:-1]
-    # at a line start nothing is typed: the prompt ends in <|fim_middle|>, nothing to heal
-    prompt, removed = prompts.build_healed("a = 1\n", "\n", "", healer.cut)
-    assert removed == [] and prompt[-1] == prompts.fim[2]
 
 
 def test_the_constraint_allows_extensions_and_prefixes_of_the_removed_text() -> None:

@@ -23,9 +23,6 @@ from specd.requests import K_MAX
 from specd.schema import nested, setting
 
 DRAFTERS = ("model", "ngram", "both")
-# psm: <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>; psm-line: the cursor line's typed
-# text goes after <|fim_middle|>, so the prompt before it stays put while the user types in a line
-PROMPT_LAYOUTS = ("psm", "psm-line")
 TREE = ("on", "off")
 # token healing (specd.engine.healing): which last token of the text before the cursor is taken
 # out and generated again, constrained to start with its text
@@ -80,9 +77,6 @@ class PromptWindows:
     max_suffix_tokens: int = setting(32, check=_positive,
                                      help="suffix window: tokens after the cursor (each keystroke recomputes them)")
     max_context_tokens: int = setting(1024, check=_positive, help="repository context window, in tokens")
-    prompt_layout: str = setting("psm", choices=PROMPT_LAYOUTS,
-                                 help="psm: the whole prefix before the suffix; psm-line: the cursor line's "
-                                      "typed text after <|fim_middle|> (typing within a line recomputes only it)")
 
 
 @dataclass(frozen=True)

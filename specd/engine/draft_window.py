@@ -8,7 +8,7 @@ sampled text follows the target's distribution, whatever the draft was shown.
 
 :class:`DraftWindow` cuts the target's FIM prompt to at most ``limit`` tokens with the same
 structure: the repository context goes first (whole), then the far prefix; the
-``<|fim_suffix|>{suffix}<|fim_middle|>{typed}`` tail is always kept. The prefix's cut moves in steps
+``<|fim_suffix|>{suffix}<|fim_middle|>`` tail is always kept. The prefix's cut moves in steps
 of a quarter window (at a line start when one is near), so while the user types, the draft
 prompt's start stays put and its KV cache stays valid.
 

@@ -1,10 +1,6 @@
 """Prompts: Qwen's fill-in-the-middle format, bounded windows, stop tokens.
 
 ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` — the model writes the middle.
-With ``prompt_layout = "psm-line"`` the text typed on the cursor line goes after the middle token
-instead: ``<|fim_prefix|>{prefix up to the cursor line}<|fim_suffix|>{suffix}<|fim_middle|>{typed}``
-and the model continues the line. Typing within a line then leaves every token before ``typed``
-unchanged (their KV cache stays valid); only a line change moves the prefix's end.
 The prefix window keeps the last ``max_prefix_tokens`` tokens before the cursor, cut at a line
 start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at a line end.
 
@@ -21,7 +17,7 @@ import re
 from functools import cached_property
 from typing import Callable
 
-from specd.engine.config import PROMPT_LAYOUTS, PromptWindows
+from specd.engine.config import PromptWindows
 from specd.models.tokenizer import Tokenizer
 
 FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
@@ -42,8 +38,6 @@ def quantized_cut(n: int, keep: int, step: int) -> int:
 
 class PromptBuilder:
     def __init__(self, tokenizer: Tokenizer, windows: PromptWindows = PromptWindows()) -> None:
-        if windows.prompt_layout not in PROMPT_LAYOUTS:
-            raise ValueError(f"prompt_layout must be one of {', '.join(PROMPT_LAYOUTS)}, got {windows.prompt_layout!r}")
         self.tokenizer = tokenizer
         self.windows = windows
         ids = {t: tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
@@ -122,7 +116,7 @@ class PromptBuilder:
     def build_healed(self, prefix: str, suffix: str = "", context: str = "",
                      heal: Callable[[list[int]], int] | None = None) -> tuple[list[int], list[int]]:
         """The prompt, with the last ``heal(ids)`` tokens of the text before the cursor (``ids``:
-        the prefix's tokens; psm-line: the typed line's) taken out, and the tokens taken out
+        the prefix's tokens) taken out, and the tokens taken out
         (token healing, ``specd.engine.healing``; ``heal`` None: none)."""
         prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
         head = self.encode_context(context)
@@ -130,16 +124,8 @@ class PromptBuilder:
             before, removed = _cut(self.tokenizer.encode(prefix), heal)
             return head + before, removed
         p, s, m = self.fim
-        typed = ""
-        if self.windows.prompt_layout == "psm-line":
-            start = prefix.rfind("\n") + 1
-            prefix, typed = prefix[:start], prefix[start:]
-        pre, typed_ids = self.tokenizer.encode(prefix), self.tokenizer.encode(typed)
-        if self.windows.prompt_layout == "psm-line":
-            typed_ids, removed = _cut(typed_ids, heal)  # nothing typed: nothing to heal
-        else:
-            pre, removed = _cut(pre, heal)
-        return [*head, p, *pre, s, *self.tokenizer.encode(suffix), m, *typed_ids], removed
+        pre, removed = _cut(self.tokenizer.encode(prefix), heal)
+        return [*head, p, *pre, s, *self.tokenizer.encode(suffix), m], removed
 
 
 def _cut(ids: list[int], heal: Callable[[list[int]], int] | None) -> tuple[list[int], list[int]]:
