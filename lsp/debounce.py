@@ -8,14 +8,20 @@ and the expected response is the mean of the latest daemon response times. Typin
 the base, so a request waits less, but the keys come faster still: most requests are replaced
 by the next key before they leave. A request after a pause does not wait. A request that a newer edit or request replaces while it
 waits never reaches the daemon.
+
+:class:`AdaptiveDebounce` is the arithmetic on timestamps it is given; :class:`Debouncer` runs it on
+the service's injected clock and sleep (``timing.py``), so its waits can run on a test's clock.
 """
 
 from __future__ import annotations
 
 import re
 from collections import deque
+from typing import Awaitable
 
 from specd.lsp.settings import DebounceSettings
+from specd.lsp.timing import Clock, Sleep
+from specd.lsp.window import Window
 
 _NON_WORD = re.compile(r"^\W*$")
 # Tabby's weights: how much each sign that a suggestion is wanted lowers the rate
@@ -76,3 +82,32 @@ class AdaptiveDebounce:
             return 0.0
         return debounce_ms(self.base_ms(), context_score(line_prefix, line_suffix, suffix),
                            self.expected_response_ms(), self.settings)
+
+
+class Debouncer:
+    """The adaptive debounce on a clock and a sleep: edits stamped now, waits slept, the backend's
+    response times measured."""
+
+    def __init__(self, settings: DebounceSettings, clock: Clock, sleep: Sleep) -> None:
+        self.adaptive = AdaptiveDebounce(settings)
+        self.clock = clock
+        self.sleep = sleep
+
+    def edited(self) -> None:
+        self.adaptive.edited(self.clock())
+
+    def wait_ms(self, settings: DebounceSettings, window: Window) -> float:
+        """The wait for a request at ``window`` now, under the current ``settings``."""
+        self.adaptive.settings = settings
+        return self.adaptive.wait_ms(window.line_prefix, window.line_suffix, window.suffix)
+
+    async def wait(self, ms: float) -> None:
+        await self.sleep(ms / 1e3)
+
+    async def timed(self, answer: Awaitable[str | None]) -> str | None:
+        """``answer`` awaited; its time counts as a response time when it is an answer (not None)."""
+        started = self.clock()
+        raw = await answer
+        if raw is not None:
+            self.adaptive.responded((self.clock() - started) * 1e3)
+        return raw

@@ -1,6 +1,13 @@
-"""``specd lsp`` through a real ``specd serve`` (tiny pair): the debounce follows the typing speed
+"""The LSP server through a real ``specd serve`` (tiny pair): the debounce follows the typing speed
 (fast typing sends fewer completions to the daemon than slow typing, counted by the daemon's
-``stats``), and a newly opened document is warmed through the daemon's ``warm`` method."""
+``stats``), and a newly opened document is warmed through the daemon's ``warm`` method.
+
+The typing test runs the completion service in this process, over the LSP's daemon backend and
+socket to the real daemon, on a fake clock and sleep (``tests/fake_time.py``): the gaps between keys
+and the debounce's waits are exact however busy the machine is, while every request, cancel and
+answer is the daemon's. (The ``specd lsp`` process's time cannot be moved from here over stdio.)
+The warm test drives ``specd lsp`` itself over stdio, its daemon started on demand; it counts and
+compares no times."""
 
 from __future__ import annotations
 
@@ -9,14 +16,24 @@ import os
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
+import pytest
 import pytest_lsp
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 from specd.daemon.client import Client
 from specd.daemon.listener import is_listening
-from tests.lsp_session import TINY_SERVER, encoding_of, initialize, inline_params, insert, open_doc, position, sent
+from specd.lsp.daemon_backend import DaemonBackend
+from specd.lsp.server import apply_options
+from specd.lsp.service import CompletionService, Suggestion
+from specd.lsp.settings import LspSettings
+from tests.daemon_harness import ServeProcess, short_dir
+from tests.fake_time import FakeTime
+from tests.lsp_session import TINY_SERVER, initialize, inline_params, open_doc
+from tests.lsp_tiny import ENGINE_FLAGS, tiny_dirs
+from tests.memory_documents import MemoryDocuments
 
 RUNTIME = Path(tempfile.mkdtemp(prefix="sdt-", dir="/tmp"))  # AF_UNIX paths stay short
 SOCKET = RUNTIME / "specd" / "s.sock"
@@ -43,23 +60,34 @@ async def client(lsp_client: LanguageClient):
     stop_daemon()
 
 
-async def type_line(client: LanguageClient, uri: str, gap_s: float, wait_each: bool) -> None:
-    """Types TYPED on line 1 of ``uri`` (opened as ``def f():\\n\\n``), one didChange and one
-    inline request per key, ``gap_s`` apart (after the answer, with ``wait_each``)."""
-    enc = encoding_of(client.init_result)  # type: ignore[attr-defined]
+@pytest.fixture
+def daemon() -> Iterator[ServeProcess]:
+    """A real ``specd serve`` on the tiny pair, as ``specd lsp`` would start it."""
+    target, draft = tiny_dirs()
+    serve = ServeProcess(short_dir() / "s.sock", ["--target", str(target), "--draft", str(draft), *ENGINE_FLAGS])
+    try:
+        yield serve.wait_ready()
+    finally:
+        serve.stop()
+
+
+async def type_line(svc: CompletionService, docs: MemoryDocuments, fake: FakeTime, uri: str, gap_s: float,
+                    wait_each: bool) -> None:
+    """Types TYPED on line 1 of ``uri`` (opened as ``def f():\\n\\n``), one edit and one request per
+    key, ``gap_s`` apart on the fake clock (after the answer, with ``wait_each``)."""
     text, pending = "", []
-    for version, ch in enumerate(TYPED, start=2):
-        insert(client, uri, version, position("\n" + text, 1, len(text), enc), ch)
+    for ch in TYPED:
         text += ch
-        req = await sent(client.text_document_inline_completion_async(
-            inline_params(uri, position("\n" + text, 1, len(text), enc))))
+        docs.put(uri, f"def f():\n{text}\n")
+        svc.changed(uri, 1, (1, len(text)))
+        req = asyncio.ensure_future(svc.suggest(uri, 1, len(text)))
         if wait_each:
-            await req
+            await fake.run(req)
         else:
             pending.append(req)
-        await asyncio.sleep(gap_s)
+        await fake.advance(gap_s)
     for req in pending:
-        assert isinstance(await req, types.InlineCompletionList)  # every request is answered
+        assert isinstance(await fake.run(req), (Suggestion, type(None)))  # every request is answered
 
 
 def reached(before: dict, after: dict) -> int:
@@ -67,22 +95,40 @@ def reached(before: dict, after: dict) -> int:
     return (after["served"] - before["served"]) + (after["cancelled"] - before["cancelled"])
 
 
-async def test_fast_typing_sends_fewer_completions_to_the_daemon_than_slow_typing(client: LanguageClient) -> None:
-    client.init_result = await initialize(client, "neovim", maxTokens=4, prewarm=False,  # type: ignore[attr-defined]
-                                          requestAhead=False)
-    open_doc(client, f"{ROOT}/warmup.py", "x = 1\n")
-    await client.text_document_inline_completion_async(inline_params(f"{ROOT}/warmup.py", types.Position(1, 0)))
+async def reached_when_ended(daemon: ServeProcess, before: dict, sent: int) -> int:
+    """:func:`reached` once the ``sent`` completions have all ended in the daemon (a cancel ends
+    there a little after the service sent it; the bound is against hangs, not a timing assertion)."""
+    deadline = time.monotonic() + 60
+    while (n := reached(before, daemon.stats()["requests"])) < sent and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return n
+
+
+async def test_fast_typing_sends_fewer_completions_to_the_daemon_than_slow_typing(daemon: ServeProcess) -> None:
+    fake = FakeTime()
+    docs = MemoryDocuments(root="/work/proj")
+    logs: list[str] = []
+    settings = apply_options(LspSettings(), {"maxTokens": 4, "prewarm": False, "requestAhead": False}, logs.append)
+    svc = CompletionService(DaemonBackend(daemon.socket, None, logs.append), docs, settings, logs.append,
+                            clock=fake.clock, sleep=fake.sleep)
+    docs.put(f"{ROOT}/warmup.py", "x = 1\n")
+    svc.opened(f"{ROOT}/warmup.py")
+    await fake.run(svc.suggest(f"{ROOT}/warmup.py", 1, 0))
     counts = {}
-    for name, gap_s, wait_each in (("slow", 0.6, True), ("fast", 0.02, False)):
-        uri = f"{ROOT}/{name}.py"
-        open_doc(client, uri, "def f():\n\n")
-        await asyncio.sleep(0.6)  # a pause: the first key is not typing yet
-        before = stats()
-        await type_line(client, uri, gap_s, wait_each)
-        await asyncio.sleep(0.3)
-        counts[name] = reached(before, stats())
+    try:
+        for name, gap_s, wait_each in (("slow", 0.6, True), ("fast", 0.02, False)):
+            uri = f"{ROOT}/{name}.py"
+            docs.put(uri, "def f():\n\n")
+            svc.opened(uri)
+            await fake.advance(0.6)  # a pause: the first key is not typing yet
+            before, sent = daemon.stats()["requests"], svc.counters.requests
+            await type_line(svc, docs, fake, uri, gap_s, wait_each)
+            counts[name] = await reached_when_ended(daemon, before, svc.counters.requests - sent)
+    finally:
+        await svc.close()
     assert counts["fast"] < counts["slow"] / 2, counts
     assert counts["fast"] >= 1  # the last key is still asked
+    assert logs == []
 
 
 async def test_a_newly_opened_document_is_warmed_through_the_daemon(client: LanguageClient) -> None:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from specd.lsp.debounce import AdaptiveDebounce, context_score, debounce_ms
+from specd.lsp.debounce import AdaptiveDebounce, Debouncer, context_score, debounce_ms
 from specd.lsp.settings import DebounceSettings
+from tests.fake_time import FakeTime
 
 S = DebounceSettings()
 
@@ -60,3 +63,25 @@ def test_the_wait_is_clamped_and_can_be_switched_off() -> None:
     assert debounce_ms(100.0, 1.0, 10_000.0, S) == S.min_ms
     off = DebounceSettings(enabled=False)
     assert typed([100.0] * 10, off).wait_ms("x", "", "") == 0.0
+
+
+async def test_the_debouncer_stamps_and_waits_on_its_injected_clock_and_sleep() -> None:
+    fake = FakeTime()
+    d = Debouncer(S, fake.clock, fake.sleep)
+    d.edited()
+    for _ in range(10):
+        await fake.advance(0.3)
+        d.edited()
+    assert d.adaptive.base_ms() == pytest.approx(300.0)
+
+    async def answer() -> str:
+        await fake.sleep(0.1)
+        return "x"
+
+    assert await fake.run(d.timed(answer())) == "x"
+    assert d.adaptive.expected_response_ms() == pytest.approx(100.0)
+    waiting = asyncio.ensure_future(d.wait(250.0))
+    await fake.advance(0.249)
+    assert not waiting.done()
+    await fake.advance(0.002)
+    assert waiting.done()
