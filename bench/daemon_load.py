@@ -33,7 +33,7 @@ from pathlib import Path
 
 from specd.daemon.client import AsyncClient, Client, DaemonError
 from specd.daemon.listener import is_listening
-from specd.daemon.stats import percentile
+from specd.percentile import percentile
 
 REPO = Path(__file__).resolve().parents[1]
 CANCELLED = -32800

@@ -39,10 +39,10 @@ from pathlib import Path
 
 from specd.bench.llamacpp_bin import LlamaServer, find_binaries
 from specd.bench.machine import machine_info
-from specd.bench.stats import quantile
 from specd.daemon.client import Client
 from specd.models.pull import gguf_path
 from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+from specd.percentile import percentile
 
 MODES = ("spec", "target", "llama")
 MIN_SPAN = 16  # tokens between the two lengths for a task to count
@@ -148,7 +148,7 @@ def main() -> int:
         v = sorted(r[f"{m}_ms_per_token"] for r in counted)
         o = [r[f"{m}_overhead_ms"] for r in counted]
         summary["modes"][m] = {"ms_per_token_median": round(statistics.median(v), 2) if v else None,
-                               "p10": round(quantile(v, 0.1), 2), "p90": round(quantile(v, 0.9), 2),
+                               "p10": round(percentile(v, 10), 2) if v else None, "p90": round(percentile(v, 90), 2) if v else None,
                                "overhead_ms_median": round(statistics.median(o), 1) if o else None}
     med = {m: summary["modes"][m]["ms_per_token_median"] for m in modes}
     if med.get("llama") and med.get("target"):

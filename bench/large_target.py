@@ -31,12 +31,12 @@ import torch
 
 from specd.bench.llamacpp_bin import find_binaries, forward_curve, run_llama_bench
 from specd.bench.machine import machine_info
-from specd.bench.stats import quantile
 from specd.engine.policy import CostModel
 from specd.models.bandwidth import read_bandwidth
 from specd.models.loader import load_model
 from specd.models.memory import rss_bytes
 from specd.models.step_bytes import step_bytes
+from specd.percentile import percentile
 
 NS = tuple(range(1, 10))
 LLAMA_NS = (1, 2, 3, 5, 9)
@@ -99,7 +99,7 @@ def main() -> int:
     doc["specd"].update({
         "prefill_ms": round(prefill_ms, 1), "prefill_tokens_per_s": round(args.depth / prefill_ms * 1e3, 1),
         "T_ms": {n: round(v, 2) for n, v in curve.items()},
-        "T_p10_p90": {n: [round(quantile(sorted(v), 0.1), 2), round(quantile(sorted(v), 0.9), 2)]
+        "T_p10_p90": {n: [round(percentile(v, 10), 2), round(percentile(v, 90), 2)]
                       for n, v in samples.items()},
         "T_raw": samples})
     print("specd T(n) ms: " + ", ".join(f"{n}: {v:.1f}" for n, v in curve.items()), flush=True)

@@ -24,19 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from specd.bench.editor_clients import StdioLspClient
+from specd.percentile import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def utf16_len(s: str) -> int:
     return len(s.encode("utf-16-le")) // 2
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 async def replay(server: list[str], text: str, start: int, typed: str, interval_s: float, uri: str,
@@ -90,7 +84,8 @@ async def replay(server: list[str], text: str, start: int, typed: str, interval_
     return {
         "keystrokes": len(typed), "suggestions_shown": shown, "superseded_or_empty": dropped if interval_s > 0
         else len(typed) - shown, "interval_ms": interval_s * 1e3,
-        "p50_ms": round(percentile(latencies, 0.5), 1), "p95_ms": round(percentile(latencies, 0.95), 1),
+        "p50_ms": round(percentile(latencies, 50), 1) if latencies else None,
+        "p95_ms": round(percentile(latencies, 95), 1) if latencies else None,
         "mean_ms": round(statistics.fmean(latencies), 1) if latencies else None, "max_tokens": max_tokens,
         "server": server, "log_tail": client.logs[-3:],
     }

@@ -198,7 +198,9 @@ def test_select_tasks() -> None:
 
 def test_stats() -> None:
     s = spread([4.0, 1.0, 3.0, 2.0, None])
-    assert s == {"n": 4, "median": 2.5, "p25": 1.75, "p75": 3.25, "min": 1.0, "max": 4.0}
+    # quartiles by nearest rank (specd.percentile, the daemon's definition); the median is the mean of the middle two
+    assert s == {"n": 4, "median": 2.5, "p25": 1.0, "p75": 3.0, "min": 1.0, "max": 4.0}
+    assert spread([5.0, 1.0, 4.0, 2.0, 3.0]) == {"n": 5, "median": 3.0, "p25": 2.0, "p75": 4.0, "min": 1.0, "max": 5.0}
     assert spread([]) == {"n": 0}
 
 

@@ -30,6 +30,7 @@ from specd.bench.editor_clients import SocketClient, StdioLspClient, post_json
 from specd.bench.errors import BenchError
 from specd.bench.editor_script import (KINDS, WAITED, EditorFile, Key, Preset, key_kind, quality)
 from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, die_with_parent, find_binaries, infill_body, unavailable_note
+from specd.percentile import percentile
 
 PATHS = ("socket", "lsp", "llama-server")
 WAIT_S = 60.0  # longest wait for a waited answer
@@ -427,10 +428,9 @@ async def run_path(path: str, bench: EditorBench, notes: list[str]) -> tuple[lis
 # -- numbers ---------------------------------------------------------------------------------------
 
 def _pct(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))], 1)
+    """The nearest-rank ``q``-th percentile (:mod:`specd.percentile`, the daemon's), rounded; None
+    for no values."""
+    return round(percentile(values, q), 1) if values else None
 
 
 def summarize(records: list[Record]) -> dict[str, Any]:
@@ -446,7 +446,7 @@ def summarize(records: list[Record]) -> dict[str, Any]:
         out["kinds"][kind] = {
             "n": len(rs), **{o: outcomes.count(o) for o in ("shown", "empty", "superseded", "late", "error",
                                                               "unanswered")},
-            "p50_ms": _pct(lat, 0.5), "p95_ms": _pct(lat, 0.95),
+            "p50_ms": _pct(lat, 50), "p95_ms": _pct(lat, 95),
             "exact_line": round(sum(q.exact for q in scored) / len(scored), 3) if scored else None,
             "similarity": round(statistics.fmean(q.similarity for q in scored), 3) if scored else None,
         }
@@ -459,7 +459,7 @@ def phases(records: list[Record], keys: tuple[Key, ...], n_files: int) -> dict[s
     first_switch = next((i for i, r in enumerate(records) if r.kind == "switch"), len(records))
     single = [x for r in records[:first_switch] if r.file == 0 and r.kind in typing and (x := r.latency_ms()) is not None]
     rotating = [x for r in records[first_switch:] if r.kind in typing and (x := r.latency_ms()) is not None]
-    return {"single_file_p50_ms": _pct(single, 0.5), "four_files_p50_ms": _pct(rotating, 0.5),
+    return {"single_file_p50_ms": _pct(single, 50), "four_files_p50_ms": _pct(rotating, 50),
             "single_file_n": len(single), "four_files_n": len(rotating), "files": n_files}
 
 
@@ -514,7 +514,7 @@ def goals(results: dict[str, Any]) -> dict[str, Any]:
         # "all" compares different keys: specd's typing keys are answered from the suggestion on
         # screen, llama-server's superseded by the next key; the same keys, shown on both paths:
         mine_ms, llama_ms = same_keys(mine.get("records", []), results["llama-server"].get("records", []))
-        for q, stat, bound in ((0.5, "p50", 0.5), (0.95, "p95", 1.0)):
+        for q, stat, bound in ((50, "p50", 0.5), (95, "p95", 1.0)):
             a, b = _pct(mine_ms, q), _pct(llama_ms, q)
             if a and b:
                 out[f"{path}: {stat} over the {len(mine_ms)} keys both paths showed / llama-server's (<= {bound})"] = \

@@ -25,8 +25,8 @@ from typing import Any, Callable
 from specd.bench.editor import daemon_client
 from specd.bench.editor_clients import SocketClient
 from specd.bench.errors import BenchError
-from specd.bench.stats import quantile
 from specd.bench.tasks import Task
+from specd.percentile import percentile
 
 MODES = ("target", "spec")
 # the phases shown in the table, in order; the JSON keeps every one the timeline has
@@ -122,7 +122,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "overhead_ms": {k: _dist(v) for k, v in overhead.items()},
         "target_step_ms": _dist(steps) if steps else None,
         "step_p90_over_p10": {"per_request": _dist(spread) if spread else None,
-                              "all_steps": round(quantile(steps, 0.9) / quantile(steps, 0.1), 3) if len(steps) >= 10 else None},
+                              "all_steps": round(percentile(steps, 90) / percentile(steps, 10), 3) if len(steps) >= 10 else None},
     }
 
 
@@ -150,14 +150,13 @@ def _step_spread(run: dict[str, Any]) -> float | None:
              if x["drafted"] == 0 and x["models"].get("target", {}).get("forwards") == 1]
     if len(steps) < 10:
         return None
-    steps.sort()
-    return quantile(steps, 0.9) / quantile(steps, 0.1)
+    return percentile(steps, 90) / percentile(steps, 10)
 
 
 def _dist(values: list[float]) -> dict[str, float]:
     v = sorted(values)
-    return {"median": round(statistics.median(v), 3), "p10": round(quantile(v, 0.1), 3),
-            "p90": round(quantile(v, 0.9), 3), "n": len(v)}
+    return {"median": round(statistics.median(v), 3), "p10": round(percentile(v, 10), 3),
+            "p90": round(percentile(v, 90), 3), "n": len(v)}
 
 
 def text_table(doc: dict[str, Any]) -> str:

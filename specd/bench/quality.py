@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specd.bench.errors import BenchError
-from specd.bench.stats import quantile
 from specd.bench.tasks import Task
+from specd.percentile import percentile
 # (raw answer, cursor line before the cursor, the line after it, the suffix) -> what is shown;
 # the LSP's post-processing, passed in by the command (the bench does not import the LSP)
 PostProcess = Callable[[str, str, str, str], str]
@@ -235,7 +235,7 @@ def _group(answers: list[dict[str, Any]], view: str) -> dict[str, Any]:
             "exact": sum(a[view]["exact"] for a in answers),
             "similarity": round(statistics.fmean(a[view]["similarity"] for a in answers), 3),
             "accepted": round(statistics.fmean(a[view]["accepted"] for a in answers), 1),
-            "ms_p50": round(quantile(ms, 0.5), 1), "ms_p90": round(quantile(ms, 0.9), 1),
+            "ms_p50": round(percentile(ms, 50), 1), "ms_p90": round(percentile(ms, 90), 1),
             "cut": len(cuts), "emptied": sum(c["emptied"] for c in cuts),
             "cut_lost_nothing": sum(not c["lost_right"] for c in cuts)}
 

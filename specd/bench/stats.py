@@ -1,4 +1,5 @@
-"""Medians, quartiles and the per-mode / per-task / per-category summaries of a run."""
+"""Medians, quartiles and the per-mode / per-task / per-category summaries of a run. Quartiles are
+:func:`specd.percentile.percentile`'s (nearest rank), medians ``statistics.median``'s."""
 
 from __future__ import annotations
 
@@ -7,25 +8,17 @@ import statistics
 from typing import Iterable
 
 from specd.bench.measurement import Measurement
+from specd.percentile import percentile
 
 METRICS = ("prefill_ms", "ttft_ms", "decode_ms_per_token", "total_ms", "new_tokens",
            "acceptance_rate", "mean_accepted_len", "peak_rss_mb")
-
-
-def quantile(sorted_values: list[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default)."""
-    if not sorted_values:
-        return math.nan
-    pos = (len(sorted_values) - 1) * q
-    lo, hi = math.floor(pos), math.ceil(pos)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
 
 
 def spread(values: Iterable[float | None]) -> dict:
     v = sorted(float(x) for x in values if x is not None)
     if not v:
         return {"n": 0}
-    return {"n": len(v), "median": statistics.median(v), "p25": quantile(v, 0.25), "p75": quantile(v, 0.75),
+    return {"n": len(v), "median": statistics.median(v), "p25": percentile(v, 25), "p75": percentile(v, 75),
             "min": v[0], "max": v[-1]}
 
 
