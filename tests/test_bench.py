@@ -145,6 +145,40 @@ def test_missing_models(tmp_path, monkeypatch, capsys) -> None:
     assert code == 2 and "not downloaded yet" in err and "specd models pull" in err
 
 
+def test_outputs_go_under_the_current_directory_not_the_checkout(tmp_path, monkeypatch) -> None:
+    import argparse
+
+    from specd.cli.bench import _out_dir
+
+    monkeypatch.chdir(tmp_path)
+    out = _out_dir(argparse.Namespace(out=None))
+    assert out.is_dir() and out.parent == tmp_path / "specd-bench"
+    given = _out_dir(argparse.Namespace(out=tmp_path / "a" / "b"))
+    assert given == tmp_path / "a" / "b" and given.is_dir()
+    (tmp_path / "file").write_text("")
+    with pytest.raises(BenchError, match="--out"):
+        _out_dir(argparse.Namespace(out=tmp_path / "file" / "x"))
+
+
+def test_every_scenario_takes_its_folder_from_the_one_out_dir(tiny_pair, two_tasks, monkeypatch, capsys) -> None:
+    """The scenarios ask specd.cli.bench._out_dir for their folder (checked before any work runs)."""
+    import specd.cli.bench as cli_bench
+
+    asked: list[str] = []
+
+    def out_dir(args):
+        asked.append(args.scenario)
+        raise BenchError("no folder today")
+
+    monkeypatch.setattr(cli_bench, "_out_dir", out_dir)
+    for scenario in ("tasks", "editor", "profile", "quality"):
+        code, _, err = bench(capsys, "--scenario", scenario, "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]),
+                             "--tasks-file", str(two_tasks), "--tasks", "logic,docs", "--systems", "specd",
+                             "--split", "all", "--no-plots")
+        assert code == 2 and "no folder today" in err, (scenario, err)
+    assert asked == ["tasks", "editor", "profile", "quality"]
+
+
 def test_parse_modes() -> None:
     modes = parse_modes("spec:k=2,spec,llamacpp-lookup", default_k=4)
     assert [m.name for m in modes] == ["target", "spec:k=2", "spec:k=4", "llamacpp-lookup:k=10"]

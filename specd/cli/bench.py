@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import specd
 from specd.bench.errors import BenchError
 from specd.bench.modes import HELP, parse_modes
 from specd.bench.plots import draw_all, unavailable
@@ -36,7 +35,7 @@ def register(subparsers: Any) -> None:
     b.add_argument("--reps", type=int, default=None, help="repetitions per task and mode (default 3; --quick 2)")
     b.add_argument("--max-tokens", type=int, default=None, help="new tokens per completion (default 64; --quick 32)")
     b.add_argument("--out", type=Path, default=None,
-                   help="output folder (default: bench/out/<time> in a source checkout, else ./specd-bench/<time>)")
+                   help="output folder (default: ./specd-bench/<time>, under the current directory)")
     b.add_argument("--quick", action="store_true",
                    help="a smoke run (< 3 min on 2 cores): one task per category, 2 reps, 32 tokens, warm KV, "
                         "prompts cut to 384 prefix / 64 suffix tokens")
@@ -82,13 +81,9 @@ def register(subparsers: Any) -> None:
 
 
 def _default_out() -> Path:
-    """``bench/out/<time>`` of the source checkout specd runs from (an editable install), else
-    ``./specd-bench/<time>``: never inside an installed package."""
-    checkout = Path(specd.__file__).resolve().parents[1]
-    bench = checkout / "bench"
-    in_checkout = bench.is_dir() and (checkout / "pyproject.toml").is_file()
-    base = bench / "out" if in_checkout else Path.cwd() / "specd-bench"
-    return base / time.strftime("%Y%m%d-%H%M%S")
+    """``./specd-bench/<time>``: under the current directory, wherever specd is installed (never
+    inside the package or its source checkout)."""
+    return Path.cwd() / "specd-bench" / time.strftime("%Y%m%d-%H%M%S")
 
 
 def _out_dir(args: argparse.Namespace) -> Path:
@@ -127,7 +122,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.scenario == "editor":
         from specd.cli.bench_editor import editor_bench
 
-        return editor_bench(args, _default_out)
+        return editor_bench(args, _out_dir)
     if args.scenario == "profile":
         return profile_bench(args)
     if args.scenario == "quality":

@@ -21,7 +21,7 @@ from specd.remote.config import RemoteConfig
 from specd.schema import flag_argv
 
 
-def editor_bench(args: argparse.Namespace, default_out: Callable[[], Path]) -> int:
+def editor_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespace], Path]) -> int:
     from specd.app import gguf_file  # here: specd.app reaches the engine (torch), which the other commands need not load
 
     preset = PRESETS[args.editor_preset or ("quick" if args.quick else "full")]
@@ -38,11 +38,7 @@ def editor_bench(args: argparse.Namespace, default_out: Callable[[], Path]) -> i
     short = [f.path for f in files if len(f.typed) < keys_needed]
     if short:
         raise BenchError(f"files too short to type {keys_needed} keys from the task cursor: {', '.join(short)}")
-    out = args.out or default_out()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise BenchError(f"--out {out}: {e}") from e
+    out = out_dir(args)
     flags = engine_argv(args) + flag_argv(args, RemoteConfig)  # --backend ...: the daemon serves from a remote server
     bench = EditorBench(
         files=files, keys=tuple(script(len(files), preset)), preset=preset,
