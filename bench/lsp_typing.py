@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from specd.bench.editor_clients import StdioLspClient
+from specd.bench.lsp_client import StdioLspClient
 from specd.percentile import percentile
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -179,6 +179,25 @@ def test_every_scenario_takes_its_folder_from_the_one_out_dir(tiny_pair, two_tas
     assert asked == ["tasks", "editor", "profile", "quality"]
 
 
+def test_specd_bench_imports_none_of_the_study_scripts() -> None:
+    """The study scripts in the checkout's bench/ build on specd.bench, never the other way round."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    scripts = {p.stem for p in (root / "bench").glob("*.py")} | {"bench", "tests"}
+    package = root / "specd" / "bench"
+    found = []
+    for path in [*package.glob("*.py"), root / "specd" / "cli" / "bench.py", root / "specd" / "cli" / "bench_editor.py",
+                 root / "specd" / "cli" / "bench_quality.py"]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in scripts]
+            if isinstance(node, ast.Attribute) and node.attr == "path" and getattr(node.value, "id", "") == "sys":
+                found.append(f"{path.name}: sys.path")
+    assert found == []
+
+
 def test_parse_modes() -> None:
     modes = parse_modes("spec:k=2,spec,llamacpp-lookup", default_k=4)
     assert [m.name for m in modes] == ["target", "spec:k=2", "spec:k=4", "llamacpp-lookup:k=10"]

@@ -5,6 +5,7 @@ are no GGUF file), and the numbers are consistent (counts add up; timings are no
 from __future__ import annotations
 
 import json
+import socket
 
 from specd.bench.editor import goals, same_keys
 from specd.bench.editor_script import KINDS, PRESETS, Key, quality, script
@@ -83,3 +84,86 @@ def test_latency_goals_pair_the_keys_both_paths_showed() -> None:
     # nearest rank (the daemon's definition): p50 of two is the lower, p95 the higher
     assert p50 == round(400.0 / 1000.0, 2) == round(percentile([1000.0, 400.0], 50) / percentile([2000.0, 1000.0], 50), 2)
     assert p95 == round(1000.0 / 2000.0, 2)
+
+
+class _SlowThenFastInfill:
+    """An ``/infill`` server on a free loopback port: the first request is answered only after its
+    client hangs up (it records whether it saw the connection close), later ones at once."""
+
+    def __init__(self) -> None:
+        import http.server
+        import select
+        import threading
+
+        outer = self
+        self.bodies: list[dict] = []
+        self.aborted = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                outer.bodies.append({"path": self.path, **body})
+                if len(outer.bodies) == 1:
+                    for _ in range(600):  # wait for the client to close the connection
+                        readable, _, _ = select.select([self.connection], [], [], 0.05)
+                        if readable and not self.connection.recv(1, socket.MSG_PEEK):
+                            outer.aborted.set()
+                            return
+                    return
+                data = json.dumps({"content": "return 1\n"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_llama_server_path_answers_and_aborts_through_specds_http_client() -> None:
+    """The llama-server driver posts /infill with specd.remote.http's client: the next key closes
+    the request in flight's connection (llama.vscode's abort), and an answer is shown as specd
+    lsp would show it."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from specd.bench.editor import LlamaDriver
+    from specd.bench.editor_script import EditorFile
+    from specd.lsp.settings import LspSettings
+    from specd.lsp.shaping import RequestShaper
+
+    server = _SlowThenFastInfill()
+    text = "def f():\n    \n"
+    f = EditorFile("file:///bench/m.py", "m.py", "python", text, len(text) - 1, "")
+    driver = LlamaDriver(SimpleNamespace(url=server.url), RequestShaper(LspSettings(max_tokens=8), root="/bench"), 8)
+
+    async def two_keys():
+        await driver.open(f, text)
+        first = driver.ask(f, text, (1, 4))
+        while not server.bodies:
+            await asyncio.sleep(0.01)
+        second = driver.ask(f, text, (1, 4))  # the next key
+        return await first, await second
+
+    try:
+        first, second = asyncio.run(two_keys())
+        assert server.aborted.wait(30)  # the server saw the first request's connection close
+    finally:
+        server.close()
+    assert first.status == "superseded"
+    assert (second.status, second.text) == ("shown", "return 1")
+    assert [b["path"] for b in server.bodies] == ["/infill", "/infill"]
+    body = server.bodies[1]
+    assert body["input_prefix"] == "def f():\n    " and body["input_suffix"] == "\n"
+    assert body["n_predict"] == 8 and body["cache_prompt"] is True

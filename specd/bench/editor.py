@@ -9,28 +9,35 @@ switch, a pause and an accept the bench waits for the answer. The script is in
 :mod:`specd.bench.editor_script`.
 
 The bench imports neither the LSP server nor the daemon (layers): the command line hands it the
-request shaper (``specd.lsp.shaping.RequestShaper``) and the commands that start them.
+request shaper (``specd.lsp.shaping.RequestShaper``), the daemon's own client
+(``specd.daemon.client.AsyncClient.connect``) and the commands that start them. Daemons are started
+by :mod:`specd.bench.daemon_process`, ``specd lsp`` is talked to by the bench's LSP client
+(:mod:`specd.bench.lsp_client`) and llama-server by specd's HTTP client (``specd.remote.http``, the
+remote backends' own, whose cancel closes the connection).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import statistics
-import subprocess
 import tempfile
+import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator, Callable, Protocol
+from typing import Any, Callable, Protocol
 
-from specd.bench.editor_clients import SocketClient, StdioLspClient, post_json
-from specd.bench.errors import BenchError
+from specd.bench.daemon_process import Connect, DaemonClient, DaemonProcess, call, request
 from specd.bench.editor_script import (KINDS, WAITED, EditorFile, Key, Preset, key_kind, quality)
-from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, die_with_parent, find_binaries, infill_body, unavailable_note
+from specd.bench.llamacpp_bin import SERVER_ARGS, LlamaServer, find_binaries, infill_body, unavailable_note
+from specd.bench.lsp_client import StdioLspClient
 from specd.percentile import percentile
+from specd.remote.errors import RemoteError
+from specd.remote.http import HttpClient, HttpSettings
+from specd.remote.spec import RemoteSpec
+from specd.requests import Cancelled
 
 PATHS = ("socket", "lsp", "llama-server")
 WAIT_S = 60.0  # longest wait for a waited answer
@@ -59,6 +66,7 @@ class EditorBench:
     shaper: Callable[[int], Shaper]  # max_tokens -> a fresh shaper
     serve_argv: Callable[[Path], list[str]]  # socket -> the `specd serve` command
     lsp_argv: Callable[[Path], list[str]]  # socket -> the `specd lsp` command (no autostart)
+    connect: Connect  # socket -> the daemon's client (specd.daemon.client.AsyncClient.connect)
     gguf: Path | None  # the target as GGUF, for llama-server
     paths: tuple[str, ...] = PATHS
     log_dir: Path | None = None
@@ -121,7 +129,7 @@ class Driver(Protocol):
 class SocketDriver:
     name = "socket"
 
-    def __init__(self, client: SocketClient, shaper: Shaper) -> None:
+    def __init__(self, client: DaemonClient, shaper: Shaper) -> None:
         self.client, self.shaper = client, shaper
 
     async def open(self, f: EditorFile, text: str) -> None:
@@ -137,7 +145,7 @@ class SocketDriver:
         params = self.shaper.params(f.uri, *at)
         if params is None:
             return Answer("empty", at=time.perf_counter())
-        msg = await self.client.request("complete", params)
+        msg = await request(self.client, "complete", params)
         now = time.perf_counter()
         if "error" in msg:
             code = msg["error"].get("code")
@@ -146,7 +154,7 @@ class SocketDriver:
         return Answer("shown" if shown else "empty", shown, now)
 
     async def close(self) -> dict[str, Any]:
-        stats = await self.client.call("stats")
+        stats = await call(self.client, "stats")
         await self.client.close()
         return {"daemon_requests": stats.get("requests", {})}
 
@@ -193,12 +201,14 @@ class LspDriver:
 
 class LlamaDriver:
     """``/infill`` with the same text windows (and stop rule) as specd's requests, ``cache_prompt``
-    on; the next key aborts the request in flight."""
+    on; the next key aborts the request in flight: its connection is closed, as llama.vscode aborts
+    its fetch (llama-server then stops generating for it)."""
 
     name = "llama-server"
 
     def __init__(self, server: LlamaServer, shaper: Shaper, max_tokens: int) -> None:
         self.server, self.shaper, self.max_tokens = server, shaper, max_tokens
+        self.http = HttpClient(RemoteSpec("llama-server", server.url), HttpSettings(timeout_s=WAIT_S, retries=0))
         self._inflight: asyncio.Task[Answer] | None = None
 
     async def open(self, f: EditorFile, text: str) -> None:
@@ -220,11 +230,15 @@ class LlamaDriver:
             return Answer("empty", at=time.perf_counter())
         body = infill_body(w.prefix, w.suffix, self.max_tokens, cache_prompt=True,
                            extra={"input_extra": [], "stop": params.get("stop") or []})
+        aborted = threading.Event()  # the HTTP client closes the connection once it is set
         try:
-            data = await post_json("127.0.0.1", self.server.port, "/infill", body)
+            data = await asyncio.to_thread(self.http.post_json, "/infill", body, aborted.is_set)
         except asyncio.CancelledError:
+            aborted.set()
             return Answer("superseded", at=time.perf_counter())
-        except (OSError, RuntimeError, ValueError) as e:
+        except Cancelled:
+            return Answer("superseded", at=time.perf_counter())
+        except (RemoteError, OSError, ValueError) as e:
             return Answer("error", at=time.perf_counter(), error=str(e)[:200])
         shown = self.shaper.display(str(data.get("content", "")), f.uri, *at)
         return Answer("shown" if shown else "empty", shown, time.perf_counter())
@@ -316,68 +330,7 @@ async def _accept(driver: Driver, f: EditorFile, texts: list[str], i: int, curso
     await driver.change(f, at, position(accepted, end), "", text)
 
 
-# -- servers ---------------------------------------------------------------------------------------
-
-class Daemon:
-    def __init__(self, argv: list[str], socket: Path, log: Path | None) -> None:
-        self.argv, self.socket, self.log = argv, socket, log
-        self.proc: subprocess.Popen | None = None
-
-    async def start(self, timeout: float = 600.0) -> SocketClient:
-        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
-        # SIGTERM when the bench dies (killed by a timeout, say): no daemon left busy behind it
-        self.proc = subprocess.Popen(self.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                     preexec_fn=die_with_parent)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"specd serve exited with {self.proc.returncode}" +
-                                   (f" (log: {self.log})" if self.log else ""))
-            try:
-                client = await SocketClient.connect(self.socket)
-                await client.call("health")
-                return client
-            except (OSError, RuntimeError):
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"specd serve not ready after {timeout:.0f} s")
-                await asyncio.sleep(0.2)
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-@contextlib.asynccontextmanager
-async def daemon_client(serve_argv: Callable[[Path], list[str]] | None, socket: Path | None,
-                        log_dir: Path | None, say: Callable[[str], None] | None = None,
-                        tag: str = "sdd-") -> AsyncIterator[SocketClient]:
-    """A client of ``specd serve``: one started here (``serve_argv(socket path)``, stopped on exit;
-    its log in ``log_dir/daemon.log``) or, with ``serve_argv`` None, the daemon at ``socket``."""
-    with tempfile.TemporaryDirectory(prefix=tag, dir="/tmp") as d:  # AF_UNIX paths stay short
-        daemon = None
-        if serve_argv is not None:
-            sock = Path(d) / "s.sock"
-            daemon = Daemon(serve_argv(sock), sock, log_dir / "daemon.log" if log_dir else None)
-            if say:
-                say("starting specd serve")
-            client = await daemon.start()
-        else:
-            if socket is None:
-                raise BenchError("no daemon: give --socket or let the bench start one")
-            client = await SocketClient.connect(socket)
-        try:
-            yield client
-        finally:
-            await client.close()
-            if daemon is not None:
-                daemon.stop()
-
+# -- one path --------------------------------------------------------------------------------------
 
 async def run_path(path: str, bench: EditorBench, notes: list[str]) -> tuple[list[Record], dict[str, Any]] | None:
     with tempfile.TemporaryDirectory(prefix="sde-", dir="/tmp") as d:  # AF_UNIX paths stay short
@@ -401,9 +354,9 @@ async def run_path(path: str, bench: EditorBench, notes: list[str]) -> tuple[lis
             finally:
                 server.stop()
             return records, extra
-        daemon = Daemon(bench.serve_argv(sock), sock, log)
-        client = await daemon.start()
+        daemon = DaemonProcess(bench.serve_argv(sock), sock, log, bench.connect)
         try:
+            client = await daemon.start()
             if path == "socket":
                 driver = SocketDriver(client, bench.shaper(bench.preset.max_tokens))
             else:
@@ -418,7 +371,7 @@ async def run_path(path: str, bench: EditorBench, notes: list[str]) -> tuple[lis
             records = await play(driver, bench)
             extra = await driver.close()
             if path == "lsp":
-                extra["daemon_requests"] = (await client.call("stats")).get("requests", {})
+                extra["daemon_requests"] = (await call(client, "stats")).get("requests", {})
             await client.close()
         finally:
             daemon.stop()

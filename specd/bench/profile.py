@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from specd.bench.editor import daemon_client
-from specd.bench.editor_clients import SocketClient
+from specd.bench.daemon_process import Connect, DaemonClient, call, daemon_client, request
 from specd.bench.errors import BenchError
 from specd.bench.tasks import Task
 from specd.percentile import percentile
@@ -38,6 +37,7 @@ SHOWN = ("round", "draft", "verify", "accept", "stream", "loop", "target.forward
 @dataclass(frozen=True)
 class ProfileBench:
     tasks: tuple[Task, ...]
+    connect: Connect  # socket -> the daemon's client (specd.daemon.client.AsyncClient.connect)
     modes: tuple[str, ...] = MODES
     reps: int = 2
     max_tokens: int = 48
@@ -59,8 +59,9 @@ class ProfileBench:
 async def run_profile(bench: ProfileBench) -> dict[str, Any]:
     """Every profiled answer (raw) and the summary per mode."""
     bench.check()
-    async with daemon_client(bench.serve_argv, bench.socket, bench.log_dir, bench.log, tag="sdp-") as client:
-        health = await client.call("health")
+    async with daemon_client(bench.connect, bench.serve_argv, bench.socket, _daemon_log(bench.log_dir), bench.log,
+                             tag="sdp-") as client:
+        health = await call(client, "health")
         runs = await _runs(bench, client)
     doc = {"scenario": "profile", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
            "reps": bench.reps, "tasks": [t.id for t in bench.tasks], "runs": runs,
@@ -72,7 +73,7 @@ async def run_profile(bench: ProfileBench) -> dict[str, Any]:
     return doc
 
 
-async def _runs(bench: ProfileBench, client: SocketClient) -> list[dict[str, Any]]:
+async def _runs(bench: ProfileBench, client: DaemonClient) -> list[dict[str, Any]]:
     runs = []
     for i, task in enumerate(bench.tasks):
         _say(bench, f"task {i + 1}/{len(bench.tasks)}: {task.id}")
@@ -91,8 +92,8 @@ async def _runs(bench: ProfileBench, client: SocketClient) -> list[dict[str, Any
     return runs
 
 
-async def _call(client: SocketClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    msg = await client.request(method, params)
+async def _call(client: DaemonClient, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    msg = await request(client, method, params)
     if "error" in msg:
         raise BenchError(f"the daemon refused {method}: {msg['error'].get('message')}")
     return msg["result"]
@@ -195,6 +196,10 @@ def text_table(doc: dict[str, Any]) -> str:
 def markdown(doc: dict[str, Any], machine: dict[str, Any]) -> str:
     return "\n".join(["# specd bench --scenario profile", "", f"machine: {machine}", "",
                       f"command: `{doc.get('command', '')}`", "", "```", text_table(doc), "```", ""])
+
+
+def _daemon_log(log_dir: Path | None) -> Path | None:
+    return log_dir / "daemon.log" if log_dir else None
 
 
 def _say(bench: ProfileBench, message: str) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from specd.bench.daemon_process import Connect, DaemonClient, call, daemon_client, request
 from specd.bench.errors import BenchError
 from specd.bench.tasks import Task
 from specd.percentile import percentile
@@ -122,6 +123,7 @@ def score_answer(task: Task, raw: str, post: PostProcess) -> dict[str, Any]:
 @dataclass(frozen=True)
 class QualityBench:
     tasks: tuple[Task, ...]
+    connect: Connect  # socket -> the daemon's client (specd.daemon.client.AsyncClient.connect)
     systems: tuple[str, ...] = SYSTEMS
     max_tokens: int = 48
     serve_argv: Callable[[Path], list[str]] | None = None  # socket -> `specd serve`; None: use `socket`
@@ -168,9 +170,9 @@ def specd_params(task: Task, max_tokens: int, context: Callable[[Task], str] | N
     return params
 
 
-async def _specd(client: Any, task: Task, bench: QualityBench) -> dict[str, Any]:
+async def _specd(client: DaemonClient, task: Task, bench: QualityBench) -> dict[str, Any]:
     t0 = time.perf_counter()
-    msg = await client.request("complete", specd_params(task, bench.max_tokens, bench.context))
+    msg = await request(client, "complete", specd_params(task, bench.max_tokens, bench.context))
     wall = (time.perf_counter() - t0) * 1000.0
     if "error" in msg:
         raise BenchError(f"the daemon refused a completion for {task.id}: {msg['error'].get('message')}")
@@ -185,8 +187,6 @@ def _llama(server: Any, task: Task, bench: QualityBench) -> dict[str, Any]:
 
 
 async def run_quality(bench: QualityBench) -> dict[str, Any]:
-    from specd.bench.editor import daemon_client
-
     bench.check()
     if "llama-server" in bench.systems and bench.llama is None:
         raise BenchError("quality scenario: llama-server is not running")
@@ -195,9 +195,10 @@ async def run_quality(bench: QualityBench) -> dict[str, Any]:
     async with contextlib.AsyncExitStack() as stack:
         client = None
         if "specd" in bench.systems:
-            client = await stack.enter_async_context(
-                daemon_client(bench.serve_argv, bench.socket, bench.log_dir, bench.log, tag="sdq-"))
-            health = await client.call("health")
+            client = await stack.enter_async_context(daemon_client(
+                bench.connect, bench.serve_argv, bench.socket, bench.log_dir / "daemon.log" if bench.log_dir else None,
+                bench.log, tag="sdq-"))
+            health = await call(client, "health")
         for i, task in enumerate(bench.tasks):
             _say(bench, f"task {i + 1}/{len(bench.tasks)}: {task.id}")
             order = list(bench.systems) if i % 2 == 0 else list(reversed(bench.systems))

@@ -184,6 +184,7 @@ def profile_bench(args: argparse.Namespace) -> int:
     from specd.bench import profile
     from specd.bench.machine import machine_info
     from specd.cli.flags import engine_argv
+    from specd.daemon.client import AsyncClient
 
     tasks = _tasks(args)
     modes = tuple(m.strip() for m in (args.modes or "target,spec").split(",") if m.strip())
@@ -191,7 +192,8 @@ def profile_bench(args: argparse.Namespace) -> int:
     flags = engine_argv(args)
     serve = None if args.socket else (lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags])
     bench = profile.ProfileBench(
-        tasks=tuple(tasks), modes=modes, reps=args.reps if args.reps is not None else (1 if args.quick else 2),
+        tasks=tuple(tasks), connect=AsyncClient.connect, modes=modes,
+        reps=args.reps if args.reps is not None else (1 if args.quick else 2),
         max_tokens=args.max_tokens if args.max_tokens is not None else (24 if args.quick else 48),
         serve_argv=serve, socket=args.socket, log_dir=out,
         log=(lambda m: print(f"specd bench: {m}", file=sys.stderr, flush=True)) if args.progress else None)

@@ -1,5 +1,5 @@
 """``specd bench --scenario editor``: wires the editor bench (``specd.bench.editor``) to the LSP's
-request shaping and the commands that start ``specd serve`` and ``specd lsp``."""
+request shaping, the daemon's client and the commands that start ``specd serve`` and ``specd lsp``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from specd.bench.editor_script import DEFAULT_TASKS, PRESETS, editor_files, scri
 from specd.bench.errors import BenchError
 from specd.bench.tasks import load_tasks, select_tasks
 from specd.cli.flags import engine_argv, engine_config
+from specd.daemon.client import AsyncClient
 from specd.lsp.settings import LspSettings
 from specd.lsp.shaping import RequestShaper
 from specd.remote.config import RemoteConfig
@@ -46,6 +47,7 @@ def editor_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespace
         serve_argv=lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags],
         lsp_argv=lambda sock: [sys.executable, "-m", "specd", "lsp", "--socket", str(sock), "--no-autostart",
                                "--max-tokens", str(preset.max_tokens)],
+        connect=AsyncClient.connect,
         gguf=gguf_file(config.target), paths=paths, log_dir=out,
         log=(lambda m: print(f"specd bench: {m}", file=sys.stderr, flush=True)) if args.progress else None)
     partial = out / "results.partial.json"  # what a run cut short leaves

@@ -37,6 +37,7 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
     from specd.bench.llamacpp_bin import LlamaServer, find_binaries, unavailable_note
     from specd.bench.machine import machine_info
     from specd.cli.flags import engine_argv, engine_config
+    from specd.daemon.client import AsyncClient
     from specd.models.pull import gguf_path
     from specd.models.registry import DEFAULT_TARGET, PUBLISHED
 
@@ -73,7 +74,8 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
 
     def bench(server: Any) -> quality.QualityBench:
         return quality.QualityBench(
-            tasks=tuple(tasks), systems=systems, max_tokens=args.max_tokens if args.max_tokens is not None else 48,
+            tasks=tuple(tasks), connect=AsyncClient.connect, systems=systems,
+            max_tokens=args.max_tokens if args.max_tokens is not None else 48,
             serve_argv=serve, socket=args.socket, llama=server, post=postprocess,
             context=lsp_context if args.file_header else None, log_dir=out, log=say)
 
