@@ -2,7 +2,8 @@
 """Two runtimes of one model side by side in one process, interleaved: T(n) for n new tokens
 after a 300-token context, each (runtime, n) measured once per round, median and min over the
 rounds. Interleaving cancels the machine's drift, which on this shared 2-core machine is larger
-than the difference between runtimes measured one after the other (bench/backend_speed.py).
+than the difference between runtimes measured one after the other (bench/backend_speed.py, deleted;
+in commit 9e79d9f).
 
     flock /tmp/specd-heavy.lock python bench/backend_ab.py target:int8 torch,ort --rounds 9
     flock /tmp/specd-heavy.lock python bench/backend_ab.py draft:int4 ort,ort@32768,llamacpp
