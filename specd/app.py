@@ -18,7 +18,9 @@ import torch
 from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, measure_costs
-from specd.models import hub_gguf, q8
+from specd.engine.head_drafter import DraftHeads
+from specd.models import heads, hub_gguf, q8
+from specd.models.errors import ModelError
 from specd.models.footprint import Footprint, NotEnoughMemory, available_memory, estimate
 from specd.models.loader import load_model, resolve
 from specd.models.protocol import CausalLM
@@ -37,8 +39,9 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
     check_memory(config)
     target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
                         backend=config.target_backend, threads=config.threads)
+    heads = load_heads(config) if config.drafter == "heads" else None
     draft = None
-    if config.draft and config.drafter != "ngram":
+    if config.draft and config.drafter not in ("ngram", "heads"):
         # row_attention off: only the target's numbers define the output, the draft may batch its attention
         draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
                            device=config.device, head_vocab=config.draft_head_vocab,
@@ -46,9 +49,40 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
     draft_model = draft.model if draft else None
     costs = None
     if config.k == "auto" and (draft_model is not None or config.drafter != "model"):
-        costs = step_costs(config, target.model, draft_model)
+        costs = step_costs(config, target.model, draft_model, heads)
     return Engine(target.model, target.tokenizer, draft_model, draft.tokenizer if draft else None, config,
-                  costs=costs)
+                  costs=costs, heads=heads)
+
+
+def heads_file(config: EngineConfig) -> Path:
+    """The draft heads ``--drafter heads`` loads: ``--heads``, else the ones shipped for the
+    target (ModelError when there are none)."""
+    if config.heads:
+        path = Path(config.heads).expanduser()
+        if not path.is_file():
+            raise ModelError(f"draft heads {config.heads}: no such file")
+        return path
+    shipped = heads.shipped(config.target)
+    if shipped is None:
+        raise ModelError(f"no draft heads are shipped for {config.target}: train them (specd heads data, "
+                         f"specd heads train) and pass --heads FILE")
+    return shipped
+
+
+def load_heads(config: EngineConfig) -> DraftHeads:
+    """The draft heads for ``config``, their head (and embedding) rows read from the target's GGUF
+    file, and checked against it (the file records the target's sha256)."""
+    path = heads_file(config)
+    gguf = gguf_file(config.target)
+    if gguf is None:
+        raise ModelError(f"draft heads read the target's output head from its GGUF file; {config.target} is not "
+                         f"a GGUF model")
+    _, info = heads.read_info(path)
+    source = resolve(config.target)
+    if info.target_sha256 and source.sha256 and info.target_sha256 != source.sha256:
+        raise ModelError(f"draft heads {path} were trained for another target ({info.target}, sha256 "
+                         f"{info.target_sha256[:12]}…), not {config.target} ({source.sha256[:12]}…)")
+    return heads.load(path, heads.HeadRows(gguf), heads.HeadRows(gguf, embedding=True))
 
 
 def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
@@ -56,7 +90,7 @@ def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
     kernels = q8.unavailable() is None
     out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
                                 kernels and config.target_backend != "ort"))]
-    if config.draft and config.drafter != "ngram":
+    if config.draft and config.drafter not in ("ngram", "heads"):
         out.append(("draft", estimate(config.draft, config.draft_quant, config.max_len, config.device,
                                       config.draft_head_vocab, kernels)))
     return out
@@ -96,7 +130,7 @@ def model_directory(spec: str) -> Path:
     """The Hugging Face directory a model spec (``--target`` / ``--draft``) loads from, converted
     or fetched first when needed (for tools that run the same model another way: the bench's
     anchors)."""
-    return resolve(spec)
+    return resolve(spec).directory
 
 
 def gguf_file(spec: str | None) -> Path | None:
@@ -111,17 +145,28 @@ def gguf_file(spec: str | None) -> Path | None:
     return Path(spec).expanduser() if spec.endswith(".gguf") else None
 
 
-def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -> CostModel:
+def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None,
+               draft_heads: DraftHeads | None = None) -> CostModel:
     """The K policy's measured step costs for this machine, pair and runtime: read from the cache
-    directory, else measured once and stored. N-gram drafts cost nothing."""
+    directory, else measured once and stored. N-gram drafts cost nothing; a draft by heads costs
+    one step of them (a Medusa call for all K, counted per draft: an upper bound)."""
     path = costs_path(config, target, draft)
     cost = read_costs(path)
     if cost is None:
-        cost = measure_costs(target, draft)
+        step = None
+        if draft_heads is not None:
+            state = torch.randn(target_hidden_size(draft_heads))
+            step = (lambda: draft_heads.draft(state, 0, 1)) if isinstance(draft_heads, heads.RecurrentHead) \
+                else (lambda: draft_heads.draft_logits(state, 1))
+        cost = measure_costs(target, draft, draft_step=step)
         write_costs(path, cost)
-    if draft is None:
+    if draft is None and draft_heads is None:
         cost = CostModel(0.0, cost.verify_ms)
     return cost
+
+
+def target_hidden_size(draft_heads: DraftHeads) -> int:
+    return int(draft_heads.head.shape[1])
 
 
 def costs_path(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -> Path:
@@ -129,7 +174,7 @@ def costs_path(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -
     ``auto`` resolves differently as runtimes are added, and a stale curve misleads the policy."""
     runtimes = (target.describe(), draft.describe() if draft is not None else "-")
     key = "|".join(map(str, (COSTS_KEY_VERSION, config.target, config.target_quant, config.draft,
-                             config.draft_quant, config.draft_head_vocab, config.drafter,
+                             config.draft_quant, config.draft_head_vocab, config.drafter, config.heads,
                              platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes,
                              *(os.environ.get(v, "") for v in KERNEL_ENV))))
     return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")

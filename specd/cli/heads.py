@@ -27,8 +27,13 @@ def register(subparsers: Any) -> None:
     t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
     t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
     t.add_argument("--data", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data)")
-    t.add_argument("--out", type=Path, help="heads file (default: ~/.cache/specd/heads/TARGET/medusa.safetensors)")
-    t.add_argument("--heads", type=int, default=4)
+    t.add_argument("--kind", choices=("recurrent", "medusa"), default="recurrent",
+                   help="recurrent: one MLP step per draft, fed the draft before it (EAGLE's inputs and losses); "
+                        "medusa: K independent heads (default: %(default)s)")
+    t.add_argument("--out", type=Path, help="heads file (default: ~/.cache/specd/heads/TARGET/KIND.safetensors)")
+    t.add_argument("--heads", type=int, default=4, help="medusa: heads; recurrent: draft positions the held-out "
+                                                        "figures follow")
+    t.add_argument("--width", type=int, default=2048, help="recurrent: the MLP's width")
     t.add_argument("--vocab", type=int, default=8192, help="sub-vocabulary rows of the shared head")
     t.add_argument("--steps", type=int, default=1500)
     t.add_argument("--batch", type=int, default=512)
@@ -56,35 +61,48 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from specd.heads import train
-    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads
+    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead
     from specd.models.loader import resolve
 
     base = _default_dir(args.target)
     directory = args.data or base / "data"
-    out = args.out or base / "medusa.safetensors"
-    settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=args.steps, batch=args.batch,
-                                   lr=args.lr, seed=args.seed, eval_every=args.eval_every)
-    torch.manual_seed(settings.seed)
+    out = args.out or base / f"{args.kind}.safetensors"
+    torch.manual_seed(args.seed)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    train_split, val = train.load(directory, settings.heads)
-    ids, covered = train.sub_vocabulary(train_split, settings.vocab)
+    train_split, val = train.load(directory, args.heads)
+    ids, covered = train.sub_vocabulary(train_split, args.vocab)
     report(f"heads train: {train_split.hidden.shape[0]} training positions, {val.hidden.shape[0]} held out; "
            f"the {ids.numel()}-token sub-vocabulary covers {covered:.1%} of the target's greedy tokens")
     source = resolve(args.target)
     if source.gguf is None:
         raise SystemExit("specd heads train: the shared head rows are read from the target's GGUF file; "
                          f"{args.target} is not a GGUF model")
-    heads = MedusaHeads(settings.heads, HeadRows(source.gguf)(ids), ids)
-    log = train.train(heads, train_split, val, settings, report)
+    rows = HeadRows(source.gguf)(ids)
+    head: MedusaHeads | RecurrentHead
+    if args.kind == "recurrent":
+        settings: object = train.RecurrentSettings(width=args.width, vocab=args.vocab, steps=args.steps,
+                                                   batch=args.batch, lr=args.lr, seed=args.seed,
+                                                   eval_every=args.eval_every, chain=args.heads)
+        embed_rows = HeadRows(source.gguf, embedding=True)
+        head = RecurrentHead(int(rows.shape[1]), args.width, rows, ids, embed_rows)
+        log = train.train_recurrent(head, train_split, val, train.Embeddings(embed_rows, train_split, val),
+                                    settings, report)
+        size = args.width
+    else:
+        settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=args.steps, batch=args.batch,
+                                       lr=args.lr, seed=args.seed, eval_every=args.eval_every)
+        head = MedusaHeads(args.heads, rows, ids)
+        log = train.train(head, train_split, val, settings, report)
+        size = args.heads
     manifest = json.loads((directory / "manifest.json").read_text())
-    info = HeadsInfo(target=args.target, target_sha256=source.sha256, heads=settings.heads,
-                     hidden=int(heads.weight.shape[-1]), vocab=int(ids.numel()),
-                     trained_tokens=int(train_split.hidden.shape[0]),
-                     notes=f"specd heads train {json.dumps(settings.__dict__)}; data {manifest['settings']}")
+    info = HeadsInfo(target=args.target, target_sha256=source.sha256, heads=size, hidden=int(rows.shape[1]),
+                     vocab=int(ids.numel()), trained_tokens=int(train_split.hidden.shape[0]),
+                     notes=f"specd heads train --kind {args.kind} {json.dumps(settings.__dict__)}; "
+                           f"data {manifest['settings']}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    heads.save(out, info)
-    record = {"heads": str(out), "info": info.__dict__, "sub_vocabulary_coverage": round(covered, 4),
-              "data": manifest, "log": log}
+    head.save(out, info)
+    record = {"heads": str(out), "kind": args.kind, "info": info.__dict__,
+              "sub_vocabulary_coverage": round(covered, 4), "data": manifest, "log": log}
     out.with_suffix(".json").write_text(json.dumps(record, indent=1))
     print(json.dumps(log[-1]["held_out"], indent=1))
     return 0

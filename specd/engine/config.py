@@ -22,7 +22,7 @@ from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
 from specd.requests import K_MAX
 from specd.schema import nested, setting
 
-DRAFTERS = ("model", "ngram", "both")
+DRAFTERS = ("model", "ngram", "both", "heads")
 TREE = ("on", "off")
 # token healing (specd.engine.healing): which last token of the text before the cursor is taken
 # out and generated again, constrained to start with its text
@@ -93,8 +93,11 @@ class EngineConfig:
     draft_head_vocab: int = setting(65536, check=_not_negative,
                                     help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
     drafter: str = setting("model", choices=DRAFTERS,
-                           help="draft source: the draft model, prompt lookup (n-gram), or both (n-gram when it "
-                                "finds a match, else the model)")
+                           help="draft source: the draft model, prompt lookup (n-gram), both (n-gram when it "
+                                "finds a match, else the model), or heads (draft heads on the target's own "
+                                "hidden state: --heads)")
+    heads: str = setting("", help="draft heads file for --drafter heads (specd heads train); empty: the heads "
+                                  "shipped for the target, if any")
     device: str = setting("cpu", check=_device, help="cpu or cuda[:N]")
     # auto: StructureK with the in-round gate (bench/RESULTS.md compares it with fixed K)
     k: int | str = setting("auto", parse=parse_k, check=_check_k,

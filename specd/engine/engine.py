@@ -18,6 +18,7 @@ import torch
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.draft_window import FIM_TOKENS, DraftPrompt, DraftWindow, WindowedDrafter, check_draft_window
 from specd.engine.drafters import Drafter, ModelDrafter
+from specd.engine.head_drafter import DraftHeads, HeadDrafter
 from specd.engine.prefill import prefill
 from specd.engine.prefix_cache import PrefixCache, block_bytes
 from specd.engine.ngram import HybridDrafter, NgramDrafter
@@ -46,13 +47,18 @@ from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, Reque
 from specd.schema import ConfigError
 
 def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
-                 branch: int = 1, branch_below: float = 1.0, window: DraftPrompt | None = None) -> Drafter | None:
+                 branch: int = 1, branch_below: float = 1.0, window: DraftPrompt | None = None,
+                 heads: DraftHeads | None = None, target: CausalLM | None = None) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
     ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``).
     ``window``: the draft model reads this prompt instead of the target's (n-gram lookup still
-    searches the whole sequence)."""
+    searches the whole sequence). ``heads`` (with ``target``): draft heads on the target's state."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
+    if kind == "heads":
+        if heads is None or target is None:
+            raise ValueError("drafter 'heads' needs the heads and the target they read")
+        return HeadDrafter(target, heads)
     model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
     if model is not None and window is not None:
         model = WindowedDrafter(model, window)
@@ -93,9 +99,11 @@ class Engine:
         draft_tokenizer: Tokenizer | None = None,
         config: EngineConfig = EngineConfig(),
         costs: CostModel | None = None,
+        heads: DraftHeads | None = None,
     ) -> None:
         """``costs``: the measured step costs ``k="auto"`` chooses K from (``specd.app`` measures
-        or reads them); required when K is auto and there is a drafter."""
+        or reads them); required when K is auto and there is a drafter. ``heads``: the draft heads
+        ``config.drafter == "heads"`` drafts with."""
         # the ids a completion may hold: the tokenizer's real tokens (a VocabularyMismatch when
         # the draft's ids mean something else); every model's padding rows are cut off
         self._allowed = (shared_vocabulary(tokenizer, target.vocab_size, draft_tokenizer or tokenizer, draft.vocab_size)
@@ -117,7 +125,7 @@ class Engine:
         # a request may ask for the other
         self._drafters = {
             tree: make_drafter(config.drafter, draft, target.max_len,
-                               config.tree_width if tree else 1, config.tree_branch_below)
+                               config.tree_width if tree else 1, config.tree_branch_below, heads=heads, target=target)
             for tree in (False, True)
         }
         self._drafter = self._drafters[config.tree == "on"]

@@ -21,14 +21,19 @@ import torch
 from specd.engine.budget import DraftBudget
 from specd.engine.drafters import Chain
 from specd.engine.sampling import SamplingParams
-from specd.models.heads import MedusaHeads
+from specd.models.heads import MedusaHeads, RecurrentHead
 from specd.models.protocol import CausalLM
 
 
-class HeadDrafter:
-    """Medusa heads over ``target``'s last hidden state (see the module docstring)."""
+DraftHeads = MedusaHeads | RecurrentHead
 
-    def __init__(self, target: CausalLM, heads: MedusaHeads) -> None:
+
+class HeadDrafter:
+    """Draft heads over ``target``'s last hidden state (see the module docstring): Medusa heads
+    (one call for the chain) or a recurrent head (one small step per draft, each fed the draft
+    before it)."""
+
+    def __init__(self, target: CausalLM, heads: DraftHeads) -> None:
         self.target = target
         self.heads = heads
         self.rounds_without_state = 0  # rounds that found no hidden state to draft from
@@ -58,6 +63,9 @@ class HeadDrafter:
         if state is None or not budget.may_draft([]):
             self.rounds_without_state += state is None
             return Chain(torch.zeros(0, dtype=torch.long), None)
+        if isinstance(self.heads, RecurrentHead):
+            tokens, _ = self.heads.draft(state, seq[-1], budget.k, budget.may_draft, budget.keeps)
+            return Chain(torch.tensor(tokens, dtype=torch.long), None)
         logits = self.heads.draft_logits(state, budget.k)  # [k, V']: one call for the whole chain
         top_p, top_i = torch.softmax(logits, -1).max(-1)  # [k], [k]
         tokens: list[int] = []

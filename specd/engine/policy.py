@@ -225,7 +225,7 @@ class StructureK(_Budgets):
 
 @torch.inference_mode()
 def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = tuple(range(1, 10)),
-                  context: int = 128, reps: int = 5) -> CostModel:
+                  context: int = 128, reps: int = 5, draft_step: Callable[[], object] | None = None) -> CostModel:
     """Time target forwards over n new tokens (after ``context`` cached ones) and one draft step:
     every n from 1 to 9 by default (the curve is not linear: a second row can be nearly free and
     later ones cost more as the kernels turn compute-bound; sizes not in ``sizes`` are
@@ -233,7 +233,8 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
     ``reps`` rounds, each timing every size and the draft once, interleaved (so the machine's
     drift touches all alike), medians. A forward over more tokens never costs less than one over
     fewer (a cheaper T(2) than T(1) is noise, and it would make the policy over-value drafting
-    one token), so the curve is made non-decreasing. The caches are left empty."""
+    one token), so the curve is made non-decreasing. The caches are left empty. ``draft_step``
+    (with no draft model): what one draft costs instead, e.g. one step of draft heads."""
 
     def timed(model: CausalLM, n: int) -> float:
         model.rollback(context)
@@ -252,6 +253,10 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
             runs[n].append(timed(target, n))
         if draft is not None:
             draft_runs.append(timed(draft, 1))
+        elif draft_step is not None:
+            t0 = time.perf_counter()
+            draft_step()
+            draft_runs.append((time.perf_counter() - t0) * 1e3)
     measured = {n: statistics.median(v) for n, v in runs.items()}
     verify: list[float] = []
     for n in range(1, max(sizes) + 1):  # interpolate the sizes not measured
@@ -259,7 +264,7 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
         hi = min(s for s in sizes if s >= n)
         frac = 0.0 if hi == lo else (n - lo) / (hi - lo)
         verify.append(max(measured[lo] + frac * (measured[hi] - measured[lo]), verify[-1] if verify else 0.0))
-    draft_ms = statistics.median(draft_runs) if draft is not None else float("inf")
+    draft_ms = statistics.median(draft_runs) if draft_runs else float("inf")
     for m in models:
         m.rollback(0)
     return CostModel(draft_ms, tuple(verify))

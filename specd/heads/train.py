@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from specd.heads import data
-from specd.models.heads import MedusaHeads
+from specd.models.heads import MedusaHeads, RecurrentHead, recurrent_step
 
 
 @dataclass(frozen=True)
@@ -37,24 +37,31 @@ class TrainSettings:
     weight_decay: float = 0.0
     seed: int = 0
     eval_every: int = 200
+    eval_positions: int = 3000  # held-out positions looked at during training (all at the end)
+    ce_weight: float = 0.1
 
 
 @dataclass
 class Split:
     """Positions of one split, flattened over windows: ``hidden`` ``[N, H]`` float16,
     ``labels`` ``[N, K]`` (the target's greedy tokens ``1..K`` after the next one; -1 past the
-    window's end), ``follows`` ``[N]`` (the corpus's next token is the target's own)."""
+    window's end), ``follows`` ``[N]`` (the corpus's next token is the target's own), ``later``
+    (where the hidden state whose head row gives each label is)."""
 
     hidden: torch.Tensor
     labels: torch.Tensor
     follows: torch.Tensor
+    later: torch.Tensor  # [N, K]: the flat index of position t + j (-1 past the window's end)
+    tokens: torch.Tensor  # [N]: the corpus tokens
+    run: torch.Tensor  # [N]: how many of the K positions from t on the corpus follows the target's greedy token
     languages: list[str] = field(default_factory=list)  # per position's window, for per-language figures
     language_of: torch.Tensor | None = None  # [N] index into ``languages``
 
 
 def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split, Split]:
     """(train, validation) from the shards in ``directory``."""
-    parts: dict[bool, dict[str, list]] = {v: {"hidden": [], "labels": [], "follows": [], "lang": []} for v in (False, True)}
+    parts: dict[bool, dict[str, list]] = {v: {"hidden": [], "labels": [], "follows": [], "lang": [], "later": [],
+                                              "tokens": [], "run": [], "n": 0} for v in (False, True)}
     languages: list[str] = []
     seen = 0
     for path in data.shards(directory):
@@ -74,6 +81,16 @@ def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split,
             if lang not in languages:
                 languages.append(lang)
             p = parts[bool(s["validation"][w])]
+            later = torch.full((n, k), -1, dtype=torch.long)
+            for j in range(1, k + 1):
+                later[: max(0, n - j), j - 1] = torch.arange(j, n) + p["n"]
+            p["later"].append(later)
+            p["tokens"].append(tokens)
+            run = torch.zeros(n, dtype=torch.long)
+            for i in range(n - 1, -1, -1):  # consecutive greedy positions from i, at most k
+                run[i] = min(k, 1 + int(run[i + 1])) if follows[i] and i + 1 < n else int(follows[i])
+            p["run"].append(run)
+            p["n"] += n
             p["hidden"].append(s["hidden"][a:b])
             p["labels"].append(labels)
             p["follows"].append(follows)
@@ -86,7 +103,8 @@ def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split,
         p = parts[v]
         if not p["hidden"]:
             raise ValueError(f"{directory}: no {'held-out' if v else 'training'} windows")
-        out.append(Split(torch.cat(p["hidden"]), torch.cat(p["labels"]), torch.cat(p["follows"]), languages,
+        out.append(Split(torch.cat(p["hidden"]), torch.cat(p["labels"]), torch.cat(p["follows"]),
+                         torch.cat(p["later"]), torch.cat(p["tokens"]), torch.cat(p["run"]), languages,
                          torch.cat(p["lang"])))
     return out[0], out[1]
 
@@ -111,36 +129,173 @@ def _reduced(labels: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.
 
 
 @torch.no_grad()
-def evaluate(heads: MedusaHeads, split: Split, batch: int = 2048) -> dict:
+def evaluate(heads: MedusaHeads, split: Split, batch: int = 1024, positions: int | None = None) -> dict:
     """Held-out figures: per head the top-1 agreement with the target's greedy token (all
-    positions and decoding-like ones), and the chain acceptance (heads 1..j all right)."""
+    positions and decoding-like ones), and the chain acceptance (heads 1..j all right); the heads
+    run as they draft (bfloat16). ``positions``: only the first that many (a quick look)."""
     k = heads.k
-    right = torch.zeros(split.hidden.shape[0], k, dtype=torch.bool)
-    for lo in range(0, split.hidden.shape[0], batch):
-        h = split.hidden[lo : lo + batch].float()
-        guess = heads.ids[heads(h).argmax(-1)]  # [n, K] token ids
-        right[lo : lo + batch] = guess == split.labels[lo : lo + batch]
-    valid = split.labels[:, k - 1] >= 0  # every head has a label
+    n = split.hidden.shape[0] if positions is None else min(positions, split.hidden.shape[0])
+    right = torch.zeros(n, k, dtype=torch.bool)
+    w, b, head = (t.detach().to(torch.bfloat16) for t in (heads.weight, heads.bias, heads.head))
+    for lo in range(0, n, batch):
+        h = split.hidden[lo : min(n, lo + batch)].to(torch.bfloat16)  # [n, H]
+        z = h[:, None, :] + torch.nn.functional.silu(torch.einsum("nh,kgh->nkg", h, w) + b)  # [n, K, H]
+        guess = heads.ids[(z @ head.T).argmax(-1)]  # [n, K] token ids
+        right[lo : lo + batch] = guess == split.labels[lo : min(n, lo + batch)]
+    return _figures(right, split, n)
+
+
+def _figures(right: torch.Tensor, split: Split, n: int) -> dict:
+    """Per-draft-position agreement ``right`` ``[n, K]`` -> the figures: ``head_top1[j]`` over
+    all positions, ``chain[j]`` (drafts 1..j+1 all right) over positions where the corpus follows
+    the target's greedy tokens for j+1 positions, i.e. exactly what greedy drafting from there
+    would meet ("decoding")."""
+    k = right.shape[1]
+    labels, run = split.labels[:n], split.run[:n]
+    lang_of = None if split.language_of is None else split.language_of[:n]
+    valid = labels[:, k - 1] >= 0  # every position has a label
     chain = right.int().cumprod(1).bool()  # [N, K]: heads 1..j all right
-    def rates(mask: torch.Tensor) -> dict:
+    def rates(mask: torch.Tensor, greedy: bool) -> dict:
         m = valid & mask
-        n = int(m.sum())
-        return {"positions": n, "head_top1": [round(float(right[m, j].float().mean()), 4) for j in range(k)],
-                "chain": [round(float(chain[m, j].float().mean()), 4) for j in range(k)]}
-    out = {"all": rates(torch.ones_like(valid)), "decoding": rates(split.follows)}
-    if split.language_of is not None:
-        out["by_language"] = {lang: rates(split.follows & (split.language_of == i))["chain"]
-                              for i, lang in enumerate(split.languages)}
+        out = {"positions": int(m.sum()), "head_top1": [round(float(right[m, j].float().mean()), 4) for j in range(k)]}
+        if greedy:
+            out["chain"] = [round(float(chain[m & (run > j), j].float().mean()), 4) for j in range(k)]
+            out["positions"] = int((m & (run > 0)).sum())
+            out["head_top1"] = [round(float(right[m & (run > j), j].float().mean()), 4) for j in range(k)]
+        return out
+    out = {"all": rates(torch.ones_like(valid), False), "decoding": rates(torch.ones_like(valid), True)}
+    if lang_of is not None:
+        out["by_language"] = {lang: rates(lang_of == i, True)["chain"] for i, lang in enumerate(split.languages)}
     return out
 
 
 def train(heads: MedusaHeads, train_split: Split, val: Split, settings: TrainSettings,
           report: Callable[[str], None] = print) -> list[dict]:
-    """AdamW on the summed cross-entropy of the heads; returns the log (loss, held-out figures)."""
+    """AdamW on two losses per head (EAGLE's pair, applied to Medusa): the block's output
+    regressed onto the target's own hidden state at ``t + j`` (smooth L1: the state whose head row
+    is the label, so no head matmul is needed for it), and ``ce_weight`` times the cross-entropy of
+    the label among the batch's labels (the head rows of the tokens that occur in the batch: a
+    sampled softmax, ~10x cheaper than the whole sub-vocabulary). Returns the log."""
     g = torch.Generator().manual_seed(settings.seed)
     labels = _reduced(train_split.labels, heads.ids, int(max(train_split.labels.max(), heads.ids.max())) + 1)
-    usable = (labels != -100).any(1).nonzero().flatten()  # positions with at least one label
+    usable = (train_split.later[:, 0] >= 0).nonzero().flatten()  # positions with at least one label
     opt = torch.optim.AdamW([heads.weight, heads.bias], lr=settings.lr, weight_decay=settings.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, settings.steps) / settings.steps)))
+    log: list[dict] = []
+    t0 = time.perf_counter()
+    running = 0.0
+    k = heads.k
+    for step in range(1, settings.steps + 1):
+        pick = usable[torch.randint(usable.numel(), (settings.batch,), generator=g)]
+        h = train_split.hidden[pick].float()  # [B, H]
+        later = train_split.later[pick]  # [B, K]
+        has = later >= 0
+        goal = train_split.hidden[later.clamp(min=0)].float()  # [B, K, H]
+        y = labels[pick]  # [B, K] sub-vocabulary indices, -100 outside
+        z = heads.features(h)  # [B, K, H]
+        reg = (F.smooth_l1_loss(z, goal, reduction="none").mean(-1) * has).sum() / has.sum().clamp(min=1)
+        loss = reg
+        if settings.ce_weight > 0:
+            cand = y[y >= 0].unique()  # [C]: the batch's labels
+            where = torch.full((heads.ids.numel(),), -100, dtype=torch.long)
+            where[cand] = torch.arange(cand.numel())
+            yc = torch.where(y >= 0, where[y.clamp(min=0)], torch.full_like(y, -100))  # [B, K]
+            logits = z @ heads.head[cand].T  # [B, K, C]
+            loss = loss + settings.ce_weight * F.cross_entropy(logits.reshape(-1, cand.numel()), yc.reshape(-1),
+                                                               ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        sched.step()
+        value = float(loss.detach())
+        running = 0.98 * running + 0.02 * value if step > 1 else value
+        if step % settings.eval_every == 0 or step == settings.steps:
+            figures = evaluate(heads, val, positions=settings.eval_positions if step < settings.steps else None)
+            entry = {"step": step, "loss": round(running, 4), "seconds": round(time.perf_counter() - t0, 1),
+                     "held_out": figures}
+            log.append(entry)
+            d = figures["decoding"]
+            report(f"step {step}: loss {running:.3f}, held-out head top-1 {d['head_top1']}, chain {d['chain']} "
+                   f"({d['positions']} positions), {entry['seconds']:.0f} s")
+    return log
+
+
+@dataclass(frozen=True)
+class RecurrentSettings:
+    width: int = 2048
+    vocab: int = 8192
+    steps: int = 600
+    batch: int = 512
+    lr: float = 1e-3
+    unroll: int = 2  # steps trained on the head's own features (the first on the target's)
+    noise: float = 0.05  # gaussian noise on the input feature, times its RMS (EAGLE's augmentation)
+    ce_weight: float = 0.1
+    seed: int = 0
+    eval_every: int = 100
+    eval_positions: int = 3000
+    chain: int = 4  # draft positions the held-out figures follow
+
+
+class Embeddings:
+    """The target's embedding rows for the tokens of the data, looked up by token id."""
+
+    def __init__(self, rows, *splits: Split) -> None:
+        ids = torch.cat([s.tokens for s in splits]).unique()
+        self.where = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long)
+        self.where[ids] = torch.arange(ids.numel())
+        self.table = rows(ids)  # [U, H] float32
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.table[self.where[tokens]]
+
+
+@torch.no_grad()
+def evaluate_recurrent(head: RecurrentHead, split: Split, embed: Embeddings, k: int,
+                       positions: int | None = None, batch: int = 1024) -> dict:
+    """Held-out figures of a recurrent head drafting ``k`` tokens greedily from each position
+    (each step fed its own draft, as in decoding), against the target's greedy tokens."""
+    n = split.hidden.shape[0] if positions is None else min(positions, split.hidden.shape[0])
+    right = torch.zeros(n, k, dtype=torch.bool)
+    w1, b1, w2, b2, rows = (t.detach().to(torch.bfloat16) for t in (head.w1, head.b1, head.w2, head.b2, head.head))
+    nxt = split.later[:n, 0]
+    for lo in range(0, n, batch):
+        hi = min(n, lo + batch)
+        f = split.hidden[lo:hi].to(torch.bfloat16)
+        tok = split.tokens[nxt[lo:hi].clamp(min=0)]  # the token after t (the target's own where it follows)
+        for j in range(k):
+            f = recurrent_step(f, embed_any(embed, head, tok).to(torch.bfloat16), w1, b1, w2, b2)
+            tok = head.ids[(f @ rows.T).argmax(-1)]
+            right[lo:hi, j] = tok == split.labels[lo:hi, j]
+    return _figures(right, split, n)
+
+
+def embed_any(embed: Embeddings, head: RecurrentHead, tokens: torch.Tensor) -> torch.Tensor:
+    """Embeddings of ``tokens``: from the table where the data has them, else read from the target."""
+    known = tokens < embed.where.numel()
+    known[known.clone()] &= embed.where[tokens[known]] >= 0
+    out = torch.empty(tokens.numel(), embed.table.shape[1])
+    if bool(known.any()):
+        out[known] = embed(tokens[known])
+    if not bool(known.all()):
+        out[~known] = head.embed_rows(tokens[~known])
+    return out
+
+
+def train_recurrent(head: RecurrentHead, train_split: Split, val: Split, embed: Embeddings,
+                    settings: RecurrentSettings, report: Callable[[str], None] = print) -> list[dict]:
+    """AdamW on EAGLE's two losses, unrolled ``settings.unroll`` steps: each step's feature
+    regressed (smooth L1) onto the target's hidden state at that position, plus ``ce_weight``
+    times the cross-entropy of the target's greedy token among the batch's labels (head rows of
+    the tokens in the batch). The first step reads the target's state with noise added; later
+    steps read the head's own features (as drafting does), fed the corpus's tokens."""
+    g = torch.Generator().manual_seed(settings.seed)
+    u = settings.unroll
+    labels = _reduced(train_split.labels, head.ids, int(max(train_split.labels.max(), head.ids.max())) + 1)
+    usable = (train_split.later[:, u] >= 0).nonzero().flatten() if train_split.later.shape[1] > u else \
+        (train_split.later[:, -1] >= 0).nonzero().flatten()
+    params = [head.w1, head.b1, head.w2, head.b2]
+    opt = torch.optim.AdamW(params, lr=settings.lr)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, settings.steps) / settings.steps)))
     log: list[dict] = []
@@ -148,21 +303,37 @@ def train(heads: MedusaHeads, train_split: Split, val: Split, settings: TrainSet
     running = 0.0
     for step in range(1, settings.steps + 1):
         pick = usable[torch.randint(usable.numel(), (settings.batch,), generator=g)]
-        h = train_split.hidden[pick].float()  # [B, H]
-        y = labels[pick]  # [B, K]
-        logits = heads(h)  # [B, K, V']
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1), ignore_index=-100)
+        f = train_split.hidden[pick].float()  # [B, H]
+        rms = f.pow(2).mean(-1, keepdim=True).sqrt()
+        f = f + settings.noise * rms * torch.randn(f.shape, generator=g)
+        loss = torch.zeros(())
+        for j in range(u):
+            at = train_split.later[pick, j]  # [B]: position t + 1 + j
+            tok = train_split.tokens[at]  # the token fed at this step
+            f = head.step(f, embed(tok))
+            goal = train_split.hidden[at].float()
+            loss = loss + F.smooth_l1_loss(f, goal)
+            if settings.ce_weight > 0:
+                y = labels[pick, j]  # the target's greedy token after position t + 1 + j
+                cand = y[y >= 0].unique()
+                if cand.numel():
+                    where = torch.full((head.ids.numel(),), -100, dtype=torch.long)
+                    where[cand] = torch.arange(cand.numel())
+                    yc = torch.where(y >= 0, where[y.clamp(min=0)], torch.full_like(y, -100))
+                    loss = loss + settings.ce_weight * F.cross_entropy(f @ head.head[cand].T, yc, ignore_index=-100)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
-        running = 0.98 * running + 0.02 * float(loss) if step > 1 else float(loss)
+        value = float(loss.detach())
+        running = 0.98 * running + 0.02 * value if step > 1 else value
         if step % settings.eval_every == 0 or step == settings.steps:
-            figures = evaluate(heads, val)
+            figures = evaluate_recurrent(head, val, embed, settings.chain,
+                                         positions=settings.eval_positions if step < settings.steps else None)
             entry = {"step": step, "loss": round(running, 4), "seconds": round(time.perf_counter() - t0, 1),
                      "held_out": figures}
             log.append(entry)
             d = figures["decoding"]
-            report(f"step {step}: loss {running:.3f}, held-out head top-1 {d['head_top1']}, chain {d['chain']} "
+            report(f"step {step}: loss {running:.3f}, held-out draft top-1 {d['head_top1']}, chain {d['chain']} "
                    f"({d['positions']} positions), {entry['seconds']:.0f} s")
     return log
