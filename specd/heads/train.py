@@ -169,56 +169,75 @@ def _figures(right: torch.Tensor, split: Split, n: int) -> dict:
     return out
 
 
-def train(heads: MedusaHeads, train_split: Split, val: Split, settings: TrainSettings,
-          report: Callable[[str], None] = print) -> list[dict]:
-    """AdamW on two losses per head (EAGLE's pair, applied to Medusa): the block's output
-    regressed onto the target's own hidden state at ``t + j`` (smooth L1: the state whose head row
-    is the label, so no head matmul is needed for it), and ``ce_weight`` times the cross-entropy of
-    the label among the batch's labels (the head rows of the tokens that occur in the batch: a
-    sampled softmax, ~10x cheaper than the whole sub-vocabulary). Returns the log."""
-    g = torch.Generator().manual_seed(settings.seed)
-    labels = _reduced(train_split.labels, heads.ids, int(max(train_split.labels.max(), heads.ids.max())) + 1)
-    usable = (train_split.later[:, 0] >= 0).nonzero().flatten()  # positions with at least one label
-    opt = torch.optim.AdamW([heads.weight, heads.bias], lr=settings.lr, weight_decay=settings.weight_decay)
+def _batch_ce(features: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of ``labels`` (sub-vocabulary indices, -100: none; any shape) among the
+    batch's own labels: ``features`` ``[..., H]`` scored against just those head ``rows`` (a
+    sampled softmax, ~10x cheaper than the whole sub-vocabulary); 0 when the batch has no label."""
+    cand = labels[labels >= 0].unique()  # [C]
+    if not cand.numel():
+        return features.new_zeros(())
+    where = torch.full((rows.shape[0],), -100, dtype=torch.long)
+    where[cand] = torch.arange(cand.numel())
+    target = torch.where(labels >= 0, where[labels.clamp(min=0)], torch.full_like(labels, -100))
+    logits = features @ rows[cand].T  # [..., C]
+    return F.cross_entropy(logits.reshape(-1, cand.numel()), target.reshape(-1), ignore_index=-100)
+
+
+def _fit(params: list[torch.nn.Parameter], lr: float, weight_decay: float, steps: int, eval_every: int,
+         batch_loss: Callable[[], torch.Tensor], figures: Callable[[bool], dict], what: str,
+         report: Callable[[str], None]) -> list[dict]:
+    """AdamW with 50 warm-up steps and a cosine decay over ``steps``; every ``eval_every`` steps
+    (and at the end) the held-out ``figures(final)`` are logged and reported. Returns the log."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, settings.steps) / settings.steps)))
+        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     log: list[dict] = []
     t0 = time.perf_counter()
     running = 0.0
-    k = heads.k
-    for step in range(1, settings.steps + 1):
-        pick = usable[torch.randint(usable.numel(), (settings.batch,), generator=g)]
-        h = train_split.hidden[pick].float()  # [B, H]
-        later = train_split.later[pick]  # [B, K]
-        has = later >= 0
-        goal = train_split.hidden[later.clamp(min=0)].float()  # [B, K, H]
-        y = labels[pick]  # [B, K] sub-vocabulary indices, -100 outside
-        z = heads.features(h)  # [B, K, H]
-        reg = (F.smooth_l1_loss(z, goal, reduction="none").mean(-1) * has).sum() / has.sum().clamp(min=1)
-        loss = reg
-        if settings.ce_weight > 0:
-            cand = y[y >= 0].unique()  # [C]: the batch's labels
-            where = torch.full((heads.ids.numel(),), -100, dtype=torch.long)
-            where[cand] = torch.arange(cand.numel())
-            yc = torch.where(y >= 0, where[y.clamp(min=0)], torch.full_like(y, -100))  # [B, K]
-            logits = z @ heads.head[cand].T  # [B, K, C]
-            loss = loss + settings.ce_weight * F.cross_entropy(logits.reshape(-1, cand.numel()), yc.reshape(-1),
-                                                               ignore_index=-100)
+    for step in range(1, steps + 1):
+        loss = batch_loss()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
         value = float(loss.detach())
         running = 0.98 * running + 0.02 * value if step > 1 else value
-        if step % settings.eval_every == 0 or step == settings.steps:
-            figures = evaluate(heads, val, positions=settings.eval_positions if step < settings.steps else None)
+        if step % eval_every == 0 or step == steps:
+            held_out = figures(step == steps)
             entry = {"step": step, "loss": round(running, 4), "seconds": round(time.perf_counter() - t0, 1),
-                     "held_out": figures}
+                     "held_out": held_out}
             log.append(entry)
-            d = figures["decoding"]
-            report(f"step {step}: loss {running:.3f}, held-out head top-1 {d['head_top1']}, chain {d['chain']} "
+            d = held_out["decoding"]
+            report(f"step {step}: loss {running:.3f}, held-out {what} top-1 {d['head_top1']}, chain {d['chain']} "
                    f"({d['positions']} positions), {entry['seconds']:.0f} s")
     return log
+
+
+def train(heads: MedusaHeads, train_split: Split, val: Split, settings: TrainSettings,
+          report: Callable[[str], None] = print) -> list[dict]:
+    """AdamW on two losses per head (EAGLE's pair, applied to Medusa): the block's output
+    regressed onto the target's own hidden state at ``t + j`` (smooth L1: the state whose head row
+    is the label, so no head matmul is needed for it), and ``ce_weight`` times the cross-entropy of
+    the label among the batch's labels (:func:`_batch_ce`). Returns the log."""
+    g = torch.Generator().manual_seed(settings.seed)
+    labels = _reduced(train_split.labels, heads.ids, int(max(train_split.labels.max(), heads.ids.max())) + 1)
+    usable = (train_split.later[:, 0] >= 0).nonzero().flatten()  # positions with at least one label
+
+    def batch_loss() -> torch.Tensor:
+        pick = usable[torch.randint(usable.numel(), (settings.batch,), generator=g)]
+        h = train_split.hidden[pick].float()  # [B, H]
+        later = train_split.later[pick]  # [B, K]
+        has = later >= 0
+        goal = train_split.hidden[later.clamp(min=0)].float()  # [B, K, H]
+        z = heads.features(h)  # [B, K, H]
+        loss = (F.smooth_l1_loss(z, goal, reduction="none").mean(-1) * has).sum() / has.sum().clamp(min=1)
+        if settings.ce_weight > 0:
+            loss = loss + settings.ce_weight * _batch_ce(z, labels[pick], heads.head)  # labels [B, K]
+        return loss
+
+    return _fit([heads.weight, heads.bias], settings.lr, settings.weight_decay, settings.steps, settings.eval_every,
+                batch_loss, lambda final: evaluate(heads, val, positions=None if final else settings.eval_positions),
+                "head", report)
 
 
 @dataclass(frozen=True)
@@ -286,22 +305,15 @@ def train_recurrent(head: RecurrentHead, train_split: Split, val: Split, embed: 
                     settings: RecurrentSettings, report: Callable[[str], None] = print) -> list[dict]:
     """AdamW on EAGLE's two losses, unrolled ``settings.unroll`` steps: each step's feature
     regressed (smooth L1) onto the target's hidden state at that position, plus ``ce_weight``
-    times the cross-entropy of the target's greedy token among the batch's labels (head rows of
-    the tokens in the batch). The first step reads the target's state with noise added; later
-    steps read the head's own features (as drafting does), fed the corpus's tokens."""
+    times the cross-entropy of the target's greedy token among the batch's labels
+    (:func:`_batch_ce`). The first step reads the target's state with noise added; later steps
+    read the head's own features (as drafting does), fed the corpus's tokens."""
     g = torch.Generator().manual_seed(settings.seed)
     u = settings.unroll
     labels = _reduced(train_split.labels, head.ids, int(max(train_split.labels.max(), head.ids.max())) + 1)
-    usable = (train_split.later[:, u] >= 0).nonzero().flatten() if train_split.later.shape[1] > u else \
-        (train_split.later[:, -1] >= 0).nonzero().flatten()
-    params = [head.w1, head.b1, head.w2, head.b2]
-    opt = torch.optim.AdamW(params, lr=settings.lr)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, settings.steps) / settings.steps)))
-    log: list[dict] = []
-    t0 = time.perf_counter()
-    running = 0.0
-    for step in range(1, settings.steps + 1):
+    usable = (train_split.later[:, min(u, train_split.later.shape[1] - 1)] >= 0).nonzero().flatten()
+
+    def batch_loss() -> torch.Tensor:
         pick = usable[torch.randint(usable.numel(), (settings.batch,), generator=g)]
         f = train_split.hidden[pick].float()  # [B, H]
         rms = f.pow(2).mean(-1, keepdim=True).sqrt()
@@ -309,31 +321,13 @@ def train_recurrent(head: RecurrentHead, train_split: Split, val: Split, embed: 
         loss = torch.zeros(())
         for j in range(u):
             at = train_split.later[pick, j]  # [B]: position t + 1 + j
-            tok = train_split.tokens[at]  # the token fed at this step
-            f = head.step(f, embed(tok))
-            goal = train_split.hidden[at].float()
-            loss = loss + F.smooth_l1_loss(f, goal)
-            if settings.ce_weight > 0:
-                y = labels[pick, j]  # the target's greedy token after position t + 1 + j
-                cand = y[y >= 0].unique()
-                if cand.numel():
-                    where = torch.full((head.ids.numel(),), -100, dtype=torch.long)
-                    where[cand] = torch.arange(cand.numel())
-                    yc = torch.where(y >= 0, where[y.clamp(min=0)], torch.full_like(y, -100))
-                    loss = loss + settings.ce_weight * F.cross_entropy(f @ head.head[cand].T, yc, ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        value = float(loss.detach())
-        running = 0.98 * running + 0.02 * value if step > 1 else value
-        if step % settings.eval_every == 0 or step == settings.steps:
-            figures = evaluate_recurrent(head, val, embed, settings.chain,
-                                         positions=settings.eval_positions if step < settings.steps else None)
-            entry = {"step": step, "loss": round(running, 4), "seconds": round(time.perf_counter() - t0, 1),
-                     "held_out": figures}
-            log.append(entry)
-            d = figures["decoding"]
-            report(f"step {step}: loss {running:.3f}, held-out draft top-1 {d['head_top1']}, chain {d['chain']} "
-                   f"({d['positions']} positions), {entry['seconds']:.0f} s")
-    return log
+            f = head.step(f, embed(train_split.tokens[at]))  # fed the token at that position
+            loss = loss + F.smooth_l1_loss(f, train_split.hidden[at].float())
+            if settings.ce_weight > 0:  # the target's greedy token after position t + 1 + j
+                loss = loss + settings.ce_weight * _batch_ce(f, labels[pick, j], head.head)
+        return loss
+
+    return _fit([head.w1, head.b1, head.w2, head.b2], settings.lr, 0.0, settings.steps, settings.eval_every,
+                batch_loss, lambda final: evaluate_recurrent(head, val, embed, settings.chain,
+                                                            positions=None if final else settings.eval_positions),
+                "draft", report)
