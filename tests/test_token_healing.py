@@ -135,8 +135,8 @@ def test_the_constraint_allows_extensions_and_prefixes_of_the_removed_text() -> 
     assert not index.allowed(b"<", VOCAB)[[TOK.token_id(t) for t in SPECIALS]].any()  # control tokens never
 
 
-def test_the_setting_is_declared_once_and_off_by_default() -> None:
-    assert EngineConfig().token_healing in HEALING and HEALING[0] == "off"
+def test_the_setting_is_declared_once_prefix_by_default() -> None:
+    assert HEALING == ("off", "whitespace", "prefix") and EngineConfig().token_healing == "prefix"
     assert _engine("off")._build(CompletionRequest(PREFIX, SUFFIX))[1] == []
     with pytest.raises(ValueError):
         Healer(TOK, "off")
@@ -278,3 +278,36 @@ def test_warm_brings_the_caches_to_the_healed_prompt() -> None:
     assert removed and cached == len(prompt) - 1
     c = engine.complete(request)
     assert c.stats.prefill_reused == len(prompt) - 1
+
+
+# -- the real pair ----------------------------------------------------------------------------------
+
+# The eight lines before a line start in Go (the quality bench's dev task go-dev-line_start-2, from the
+# Go sources' debug/buildinfo): the prompt ends in the token "\t\t\t" (the file: "\t\t" +
+# "\telem"); unhealed, the 1.5B target starts its answer with one more tab.
+GO_PREFIX = ('\tfor len(data) > 0 {\n\t\tline, data, ok = strings.Cut(data, newline)\n\t\tif !ok {\n\t\t\tbreak\n'
+             '\t\t}\n\t\tswitch {\n\t\tcase strings.HasPrefix(line, pathLine):\n\t\t\t')
+GO_SUFFIX = ('\n\t\t\tbi.Path = string(elem)\n\t\tcase strings.HasPrefix(line, modLine):\n'
+             '\t\t\telem := strings.Split(line[len(modLine):], tab)\n')
+
+
+def _sibling(engine: Engine, healing: str) -> Engine:
+    """An engine over ``engine``'s models with another healing setting (nothing loaded again)."""
+    return Engine(engine.target, engine.tokenizer, engine.draft, engine.tokenizer if engine.draft is not None else None,
+                  engine.config.replace(token_healing=healing, prefix_cache_mb=0),
+                  costs=engine.policy.cost if engine.policy is not None else None)
+
+
+@pytest.mark.real_models
+def test_real_pair_no_extra_tab_after_tab_indentation(real_engine) -> None:
+    request = CompletionRequest(GO_PREFIX, GO_SUFFIX, max_tokens=4, mode="target")
+    off = _sibling(real_engine, "off").complete(request)
+    assert off.text.startswith("\telem"), off.text  # the defect healing fixes
+    for mode in ("whitespace", "prefix"):
+        healed = _sibling(real_engine, mode)
+        assert real_engine.tokenizer.decode(healed._build(request)[1]) == "\t\t\t"
+        on = healed.complete(request)
+        assert on.text.startswith("elem"), (mode, on.text)
+    spec = healed.complete(CompletionRequest(GO_PREFIX, GO_SUFFIX, max_tokens=8, mode="spec"))
+    target = healed.complete(CompletionRequest(GO_PREFIX, GO_SUFFIX, max_tokens=8, mode="target"))
+    assert spec.tokens == target.tokens and spec.text.startswith("elem")
