@@ -14,6 +14,7 @@ import pytest
 
 from specd.daemon import protocol as rpc
 from specd.daemon.scheduler import Done, Job, Scheduler, WasCancelled
+from specd.daemon.local import LocalBackend
 from specd.requests import CompletionRequest
 from tests.daemon_harness import ENGINE_FLAGS, Daemon, env_for, read_until_terminal, send, short_dir, tiny_pair, wait_for
 from tests.tiny import tiny_engine
@@ -28,7 +29,7 @@ def source_file(i: int, lines: int) -> str:
 
 async def test_a_completion_preempts_another_sessions_prefill_which_then_resumes() -> None:
     engine = tiny_engine(k=2, max_len=512, prefix_block_tokens=BLOCK, prefill_chunk_tokens=1)  # a slow prefill
-    scheduler = Scheduler(engine)
+    scheduler = Scheduler(LocalBackend(engine))
     scheduler.start(asyncio.get_running_loop())
     long = CompletionRequest(source_file(0, 14), max_tokens=6)  # ~420 one-token chunks
     short = CompletionRequest(source_file(1, 1), max_tokens=6)
@@ -51,7 +52,7 @@ async def test_a_completion_preempts_another_sessions_prefill_which_then_resumes
 
 async def test_a_completion_of_the_same_lane_waits_its_turn() -> None:
     engine = tiny_engine(k=2, max_len=512, prefix_block_tokens=BLOCK, prefill_chunk_tokens=1)
-    scheduler = Scheduler(engine)
+    scheduler = Scheduler(LocalBackend(engine))
     scheduler.start(asyncio.get_running_loop())
     a = Job(CompletionRequest(source_file(0, 14), max_tokens=4), lane="conn")
     fa = scheduler.submit(a)

@@ -15,6 +15,7 @@ from specd.config import ConfigError
 from specd.daemon import protocol as rpc
 from specd.daemon.config import DaemonConfig, daemon_config, default_socket_path
 from specd.daemon.framing import TOO_LARGE, LineReader
+from specd.daemon.local import LocalBackend
 from specd.daemon.peer import peer_allowed, peer_closed, peer_credentials
 from specd.daemon.scheduler import Done, Failed, Job, Scheduler, WasCancelled
 from specd.daemon.stats import DaemonStats, percentile
@@ -159,7 +160,7 @@ class GatedEngine:
 
 async def test_round_robin_across_sessions() -> None:
     engine = GatedEngine(tiny_engine(k=2))
-    scheduler = Scheduler(engine)
+    scheduler = Scheduler(LocalBackend(engine))
     scheduler.start(asyncio.get_running_loop())
     order: list[str] = []
     try:  # the worker is held inside the first job while the queue fills
@@ -181,7 +182,7 @@ async def test_round_robin_across_sessions() -> None:
 
 async def test_supersession_of_a_queued_job_and_cancel() -> None:
     engine = GatedEngine(tiny_engine(k=2))
-    scheduler = Scheduler(engine)
+    scheduler = Scheduler(LocalBackend(engine))
     scheduler.start(asyncio.get_running_loop())
     try:  # the worker is held inside the first job while the others queue
         running = scheduler.submit(Job(CompletionRequest(PREFIX, max_tokens=3), lane="x"))
@@ -202,7 +203,7 @@ async def test_supersession_of_a_queued_job_and_cancel() -> None:
 
 async def test_model_failure_fails_one_request_and_the_daemon_serves_on() -> None:
     engine = tiny_engine(k=2)
-    scheduler = Scheduler(engine)
+    scheduler = Scheduler(LocalBackend(engine))
     scheduler.start(asyncio.get_running_loop())
     real_forward = engine.target.forward
     calls = {"n": 0}

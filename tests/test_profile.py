@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from specd.daemon.model_thread import ModelThread
+from specd.daemon.local import LocalBackend
 from specd.daemon.scheduler import Done, Job, Scheduler
 from specd.engine.timeline import REQUEST_PHASES, ROUND_PHASES
 from specd.models import q8
@@ -91,7 +92,7 @@ async def test_daemon_jobs_run_on_the_thread_that_built_the_models() -> None:
     built_on, engine = thread.call(lambda: (threading.get_ident(), tiny_engine(k=2)))
     assert built_on == thread.ident != threading.get_ident()
     ran_on: set[int] = set()
-    scheduler = Scheduler(engine, thread=thread)
+    scheduler = Scheduler(LocalBackend(engine), thread=thread)
     scheduler.start(asyncio.get_running_loop())
     job = Job(CompletionRequest(PREFIX, max_tokens=6), lane="a", on_delta=lambda _: ran_on.add(threading.get_ident()))
     outcome = await scheduler.submit(job)

@@ -59,9 +59,10 @@ def build_backend(config: DaemonConfig, settings: EngineConfig) -> Backend:
     # imported here: `specd complete` and `specd lsp` share this module's parser but not the engine,
     # and a remote backend needs no torch
     from specd.app import build_engine
+    from specd.daemon.local import LocalBackend
 
     log(f"loading {settings.target} (draft {settings.draft})")
-    return build_engine(settings)
+    return LocalBackend(build_engine(settings))
 
 
 def _log_to_stderr() -> None:

@@ -8,8 +8,6 @@ optional draft and the tokenizer; it knows no socket and no editor. Contract: fo
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import threading
 from typing import Callable
 
@@ -19,6 +17,7 @@ from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.draft_window import FIM_TOKENS, DraftPrompt, DraftWindow, WindowedDrafter, check_draft_window
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.head_drafter import DraftHeads, HeadDrafter
+from specd.engine.plan import Plan
 from specd.engine.prefill import prefill
 from specd.engine.prefix_cache import PrefixCache, block_bytes
 from specd.engine.ngram import HybridDrafter, NgramDrafter
@@ -123,14 +122,12 @@ class Engine:
             raise ValueError(f"tree must be 'on' or 'off' and tree_width >= 1, got {config.tree!r}, {config.tree_width}")
         # chain and token-tree drafters over the same draft model; config.tree picks the default,
         # a request may ask for the other
-        self._drafters = {
-            tree: make_drafter(config.drafter, draft, target.max_len,
-                               config.tree_width if tree else 1, config.tree_branch_below, heads=heads, target=target)
-            for tree in (False, True)
-        }
-        self._drafter = self._drafters[config.tree == "on"]
+        self._chain = make_drafter(config.drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
+                                   target=target)
+        self._tree = make_drafter(config.drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
+                                  heads=heads, target=target)
         self._policy: StructureK | None = None
-        if config.k == "auto" and self._drafter is not None:
+        if config.k == "auto" and self._chain is not None:
             if costs is None:
                 raise ValueError("k='auto' needs the measured step costs: build the engine with "
                                  "specd.app.build_engine, or pass costs")
@@ -175,14 +172,6 @@ class Engine:
                 f"prompt ({len(prompt)} tokens) plus max_tokens ({request.max_tokens}) exceeds the "
                 f"context of {self.config.max_len} tokens",
             )
-        policy: KPolicy
-        if request.k is not None:
-            policy = FixedK(request.k, self.config.draft_min_prob)
-        elif self._policy is not None:
-            policy = self._policy
-        else:
-            policy = FixedK(self.config.k if isinstance(self.config.k, int) else 0, self.config.draft_min_prob)
-        speculate = request.mode == "spec" and self._drafter is not None
         generator = torch.Generator().manual_seed(request.seed if request.seed is not None else torch.seed())
         budget = LineBudget(request.line_budget_ms)
         # token healing: the removed text comes back in the first tokens; the client sees what follows it
@@ -213,23 +202,18 @@ class Engine:
                 healed = healing.tokens
                 prompt = prompt + healed
                 stopped = on_round(healed)
-            draft_prompt = self.draft_window.cut(prompt)
-            base = self._drafter_for(self.config.tree == "on" if request.tree is None else request.tree, draft_prompt)
-            drafter = base if speculate else None
-            ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer)
+            ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer) if params.greedy else []
             if healing is not None:
                 ahead = healing.ahead(ahead, self.tokenizer)
-            if drafter is not None and params.greedy and ahead:  # greedy only: sampling stays seeded
-                # the rest of the last suggestion as free drafts; the policy's rounds after it
-                drafter = LookaheadDrafter(ahead, len(prompt), drafter)
+            plan = self.plan(request, prompt, ahead)
             decoding = Decoding(0 if stopped else request.max_tokens - len(healed), params, self.prompts.stop_ids,
                                 generator)
 
             def prefill_models(prompt: list[int], with_draft: bool) -> int:
-                return self._prefill_locked(prompt, draft_prompt.tokens, with_draft, between_chunks)
+                return self._prefill_locked(prompt, plan.draft_prompt.tokens, with_draft, between_chunks)
 
             try:
-                tokens, stats = generate(self.target, prompt, decoding, drafter, policy,
+                tokens, stats = generate(self.target, prompt, decoding, plan.drafter, plan.policy,
                                          (lambda out: on_round(healed + out)) if healed else on_round, prefill_models,
                                          timeline)
             except Cancelled:
@@ -254,7 +238,7 @@ class Engine:
                     self._continuation.remember(request.prefix, request.suffix, text,
                                                 healing.visible_tokens(tokens, text, self.tokenizer) if healing
                                                 else tokens)
-        proposed = drafter.proposed if isinstance(drafter, LookaheadDrafter) else 0
+        proposed = plan.drafter.proposed if isinstance(plan.drafter, LookaheadDrafter) else 0
         return Completion(text, tokens, stats, proposed,
                           timeline.as_dict() if isinstance(timeline, Timeline) else None)
 
@@ -262,6 +246,24 @@ class Engine:
     def policy(self) -> StructureK | None:
         """The adaptive K policy (``k="auto"``), None with a fixed K."""
         return self._policy
+
+    def plan(self, request: CompletionRequest, prompt: list[int], ahead: list[int] | None = None) -> Plan:
+        """The K policy and drafter that decode ``request``, whose prompt (with token healing's
+        tokens) is ``prompt``. ``ahead``: tokens expected next (the rest of the last suggestion),
+        drafted first; only a greedy request should pass them, as sampling stays seeded."""
+        if request.k is not None:
+            policy: KPolicy = FixedK(request.k, self.config.draft_min_prob)
+        elif self._policy is not None:
+            policy = self._policy
+        else:
+            policy = FixedK(self.config.k if isinstance(self.config.k, int) else 0, self.config.draft_min_prob)
+        draft_prompt = self.draft_window.cut(prompt)
+        if request.mode != "spec":
+            return Plan(policy, None, draft_prompt)
+        drafter = self._drafter_for(self.config.tree == "on" if request.tree is None else request.tree, draft_prompt)
+        if drafter is not None and ahead:
+            drafter = LookaheadDrafter(ahead, len(prompt), drafter)
+        return Plan(policy, drafter, draft_prompt)
 
     def reset(self) -> None:
         """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""
@@ -290,7 +292,7 @@ class Engine:
     def _drafter_for(self, tree: bool, draft_prompt: DraftPrompt) -> Drafter | None:
         """The drafter of this request: the shared one, or one over the draft's own prompt window."""
         if draft_prompt.shift == 0 or self._draft_cached is None:
-            return self._drafters[tree]
+            return self._tree if tree else self._chain
         return make_drafter(self.config.drafter, self.draft, self.target.max_len,
                             self.config.tree_width if tree else 1, self.config.tree_branch_below, draft_prompt)
 
@@ -311,24 +313,6 @@ class Engine:
     def prefix_cache(self) -> PrefixCache | None:
         """The KV blocks of earlier prompts (None when ``prefix_cache_mb`` is 0)."""
         return self._prefix
-
-    # -- the daemon's Backend interface (specd.daemon.backend) ------------------------------------
-    @property
-    def max_len(self) -> int:
-        return self.config.max_len
-
-    def describe(self) -> dict:
-        """The engine's configuration as JSON values (clients compare it with their own)."""
-        return json.loads(json.dumps(dataclasses.asdict(self.config), default=str))
-
-    def health(self) -> dict:
-        """``step_costs``: the measured costs K auto chooses from (``draft_ms``, ``verify_ms`` for
-        n = 1, 2, ... tokens), when K is auto and there is a drafter."""
-        out: dict = {"ok": True, "backend": "local"}
-        if self._policy is not None:
-            cost = self._policy.cost
-            out["step_costs"] = {"draft_ms": round(cost.draft_ms, 3), "verify_ms": [round(v, 3) for v in cost.verify_ms]}
-        return out
 
     def warm(self, request: CompletionRequest, cancelled: Callable[[], bool] | None = None) -> int:
         """Bring both models' caches (and the prefix cache) up to the prompt ``request`` would
