@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from specd.models.loader import load_model, resolve
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 from specd.models.tokenizer import Tokenizer
 
 SIZES = (1, 2, 3, 5, 9, 17)

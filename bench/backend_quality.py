@@ -19,7 +19,7 @@ import torch
 from quant_quality import acceptance, compare, held_out_texts, logprobs
 
 from specd.models.loader import load_model
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def main() -> None:

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from specd.models.registry import DEFAULT_TARGET, model_dir
+from specd.models.registry import model_dir
+from specd.engine.config import DEFAULT_TARGET
 
 # the checkout's copy, which the package ships (specd.bench.tasks.default_tasks_path reads it)
 TASKS_FILE = Path(__file__).resolve().parents[1] / "specd" / "bench" / "data" / "tasks.jsonl"

@@ -22,7 +22,8 @@ from specd.bench.llamacpp_bin import LlamaServer, find_binaries, unavailable_not
 from specd.bench.tasks import load_tasks, select_tasks
 from specd.engine.config import EngineConfig, PromptWindows
 from specd.models.pull import gguf_path
-from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+from specd.models.registry import PUBLISHED
+from specd.engine.config import DEFAULT_TARGET
 from specd.requests import CompletionRequest
 
 

@@ -41,7 +41,8 @@ from specd.bench.llamacpp_bin import LlamaServer, find_binaries
 from specd.bench.machine import machine_info
 from specd.daemon.client import Client
 from specd.models.pull import gguf_path
-from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+from specd.models.registry import PUBLISHED
+from specd.engine.config import DEFAULT_TARGET
 from specd.percentile import percentile
 
 MODES = ("spec", "target", "llama")

@@ -19,7 +19,7 @@ import torch
 
 from specd.models.gguf_linear import SIMD_LEVELS, simd_level, simd_levels
 from specd.models.loader import load_model
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def timed(fn) -> tuple[float, float]:

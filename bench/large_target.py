@@ -125,7 +125,7 @@ def main() -> int:
 
     draft_ms = args.draft_ms
     if draft_ms is None:
-        from specd.models.registry import DEFAULT_DRAFT
+        from specd.engine.config import DEFAULT_DRAFT
 
         d = load_model(DEFAULT_DRAFT, quant="int4", max_len=args.depth + 64, head_vocab=65536)
         ds, _ = specd_curve(d.model, args.depth, args.reps, d.tokenizer.vocab_size)

@@ -27,7 +27,8 @@ from specd.engine.config import PromptWindows
 from specd.engine.prompt import PromptBuilder
 from specd.models.loader import load_model
 from specd.models.pull import gguf_path
-from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+from specd.models.registry import PUBLISHED
+from specd.engine.config import DEFAULT_TARGET
 
 
 def llama_continuations(server: LlamaServer, prompts: list[list[int]], n: int) -> list[list[int]]:

@@ -26,7 +26,7 @@ print(json.dumps({"load_s": time.perf_counter() - t0, "rss": rss_bytes(), "peak_
 
 
 def main() -> int:
-    from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+    from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)

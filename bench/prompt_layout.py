@@ -41,7 +41,7 @@ from specd.engine.config import EngineConfig, PromptWindows
 from specd.engine.prompt import PromptBuilder
 from specd.lsp.context import ContextLimits, OtherFile, repo_context
 from specd.lsp.postprocess import is_mid_line, postprocess
-from specd.models.registry import DEFAULT_TARGET
+from specd.engine.config import DEFAULT_TARGET
 from specd.models.tokenizer import Tokenizer
 from specd.requests import CompletionRequest
 

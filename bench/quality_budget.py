@@ -22,7 +22,7 @@ from specd.bench.quality import accepted_chars, shown
 from specd.bench.tasks import load_tasks, quality_tasks_path
 from specd.lsp.postprocess import postprocess
 from specd.models.loader import resolve
-from specd.models.registry import DEFAULT_TARGET
+from specd.engine.config import DEFAULT_TARGET
 from specd.models.tokenizer import Tokenizer
 
 

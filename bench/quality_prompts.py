@@ -39,7 +39,8 @@ from specd.lsp.context import file_header
 from specd.lsp.postprocess import postprocess
 from specd.models.loader import resolve
 from specd.models.pull import gguf_path
-from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+from specd.models.registry import PUBLISHED
+from specd.engine.config import DEFAULT_TARGET
 from specd.models.tokenizer import Tokenizer
 
 LLAMA_HEADER = "<|repo_name|>myproject\n<|file_sep|>filename\n"  # what llama-server's /infill prepends

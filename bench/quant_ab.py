@@ -20,7 +20,7 @@ import time
 import torch
 
 from specd.models.loader import load_model
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 HELD_OUT = ["heapq", "textwrap", "fractions"]  # stdlib modules: real code, not in tests/ or bench tasks
 

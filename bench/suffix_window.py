@@ -27,7 +27,8 @@ from specd.engine.prompt import PromptBuilder, PromptWindows
 from specd.lsp.postprocess import postprocess
 from specd.models.loader import resolve
 from specd.models.pull import gguf_path
-from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+from specd.models.registry import PUBLISHED
+from specd.engine.config import DEFAULT_TARGET
 from specd.models.tokenizer import Tokenizer
 
 # run as `python bench/suffix_window.py`: its own folder is first on sys.path, for postprocess_rules

@@ -43,8 +43,6 @@ QWEN_0_5B = PublishedModel(
 )
 
 PUBLISHED: dict[str, PublishedModel] = {m.name: m for m in (QWEN_1_5B, QWEN_0_5B)}
-DEFAULT_TARGET = QWEN_1_5B.name
-DEFAULT_DRAFT = QWEN_0_5B.name
 
 
 def cache_root() -> Path:

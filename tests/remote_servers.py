@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from specd.bench.llamacpp_bin import LlamaServer, find_binaries, free_port, unavailable_note
-from specd.models.registry import DEFAULT_DRAFT, model_dir
+from specd.models.registry import model_dir
+from specd.engine.config import DEFAULT_DRAFT
 from tests.daemon_harness import ServeProcess, stop_process
 
 SERVER_START_TIMEOUT_S = 300  # loading a 0.5B model on a busy 2-core machine; a bound, not a timing

@@ -5,7 +5,7 @@ are no GGUF file), and the numbers are consistent (counts add up; timings are no
 from __future__ import annotations
 
 import json
-import socket
+import time
 
 from specd.bench.editor import goals, same_keys
 from specd.bench.editor_script import KINDS, PRESETS, Key, quality, script
@@ -86,18 +86,19 @@ def test_latency_goals_pair_the_keys_both_paths_showed() -> None:
     assert p95 == round(1000.0 / 2000.0, 2)
 
 
-class _SlowThenFastInfill:
-    """An ``/infill`` server on a free loopback port: the first request is answered only after its
-    client hangs up (it records whether it saw the connection close), later ones at once."""
+class _SlowInfill:
+    """An ``/infill`` server on a free loopback port: each request answered ``content`` after
+    ``delay_s``; it records the bodies and whether two requests were ever in flight at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, content: str, delay_s: float) -> None:
         import http.server
-        import select
         import threading
 
         outer = self
         self.bodies: list[dict] = []
-        self.aborted = threading.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        lock = threading.Lock()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, *args: object) -> None:
@@ -105,20 +106,19 @@ class _SlowThenFastInfill:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                outer.bodies.append({"path": self.path, **body})
-                if len(outer.bodies) == 1:
-                    for _ in range(600):  # wait for the client to close the connection
-                        readable, _, _ = select.select([self.connection], [], [], 0.05)
-                        if readable and not self.connection.recv(1, socket.MSG_PEEK):
-                            outer.aborted.set()
-                            return
-                    return
-                data = json.dumps({"content": "return 1\n"}).encode()
+                with lock:
+                    outer.bodies.append({"path": self.path, **body})
+                    outer.in_flight += 1
+                    outer.most_in_flight = max(outer.most_in_flight, outer.in_flight)
+                time.sleep(delay_s)
+                data = json.dumps({"content": content}).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+                with lock:
+                    outer.in_flight -= 1
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
@@ -131,10 +131,9 @@ class _SlowThenFastInfill:
         self.server.server_close()
 
 
-def test_the_llama_server_path_answers_and_aborts_through_specds_http_client() -> None:
-    """The llama-server driver posts /infill with specd.remote.http's client: the next key closes
-    the request in flight's connection (llama.vscode's abort), and an answer is shown as specd
-    lsp would show it."""
+def _typing_against(server: _SlowInfill, keys: str):
+    """Type ``keys`` after ``def f():\n    `` through the llama-server driver, each key asked at
+    once (no waiting for the previous answer); the answers and the driver."""
     import asyncio
     from types import SimpleNamespace
 
@@ -143,27 +142,52 @@ def test_the_llama_server_path_answers_and_aborts_through_specds_http_client() -
     from specd.lsp.settings import LspSettings
     from specd.lsp.shaping import RequestShaper
 
-    server = _SlowThenFastInfill()
     text = "def f():\n    \n"
     f = EditorFile("file:///bench/m.py", "m.py", "python", text, len(text) - 1, "")
     driver = LlamaDriver(SimpleNamespace(url=server.url), RequestShaper(LspSettings(max_tokens=8), root="/bench"), 8)
 
-    async def two_keys():
+    async def typing():
         await driver.open(f, text)
-        first = driver.ask(f, text, (1, 4))
+        asked = [driver.ask(f, text, (1, 4))]
         while not server.bodies:
             await asyncio.sleep(0.01)
-        second = driver.ask(f, text, (1, 4))  # the next key
-        return await first, await second
+        now = text
+        for i, ch in enumerate(keys):
+            now = now[:13 + i] + ch + now[13 + i:]
+            await driver.change(f, (1, 4 + i), (1, 4 + i), ch, now)
+            asked.append(driver.ask(f, now, (1, 5 + i)))
+        return [await a for a in asked]
 
+    return asyncio.run(typing()), driver
+
+
+def test_the_llama_server_path_asks_as_llama_vim_does() -> None:
+    """One request at a time, none aborted; keys typed while it is in flight wait, and the key
+    whose typed text starts the answer is served from it (llama.vim's look-back), with no second
+    request; the line before the cursor goes in ``prompt``."""
+    server = _SlowInfill("return 1\n", delay_s=0.5)
     try:
-        first, second = asyncio.run(two_keys())
-        assert server.aborted.wait(30)  # the server saw the first request's connection close
+        answers, driver = _typing_against(server, "re")
     finally:
         server.close()
-    assert first.status == "superseded"
-    assert (second.status, second.text) == ("shown", "return 1")
-    assert [b["path"] for b in server.bodies] == ["/infill", "/infill"]
-    body = server.bodies[1]
-    assert body["input_prefix"] == "def f():\n    " and body["input_suffix"] == "\n"
+    assert [a.status for a in answers] == ["superseded", "superseded", "shown"]
+    assert answers[-1].text == "turn 1"  # "re" typed: the rest of the cached answer
+    assert server.most_in_flight == 1 and driver.requests == 1 and len(server.bodies) == 1
+    body = server.bodies[0]
+    assert body["path"] == "/infill"
+    assert body["input_prefix"] == "def f():\n" and body["prompt"] == "    " and body["input_suffix"] == "\n"
+    assert body["n_indent"] == 4 and body["t_max_predict_ms"] == 250
     assert body["n_predict"] == 8 and body["cache_prompt"] is True
+
+
+def test_the_llama_server_path_asks_again_where_the_cache_has_nothing() -> None:
+    """A typed key the cached answer does not start with is sent once the server is free; the
+    key it superseded is never sent."""
+    server = _SlowInfill("pass\n", delay_s=0.3)
+    try:
+        answers, driver = _typing_against(server, "xy")
+    finally:
+        server.close()
+    assert [a.status for a in answers] == ["superseded", "superseded", "shown"]
+    assert server.most_in_flight == 1 and driver.requests == 2
+    assert [b["prompt"] for b in server.bodies] == ["    ", "    xy"]

@@ -13,7 +13,7 @@ from specd.engine.speculative import Decoding, generate
 from specd.models import q8
 from specd.models.gguf_linear import SIMD_LEVELS, repacks_here, simd_level, simd_levels
 from specd.models.loader import load_model
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 pytestmark = [pytest.mark.real_models,
               pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))]

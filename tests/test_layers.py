@@ -44,6 +44,10 @@ RULES: dict[str, tuple[str, ...]] = {
 }
 # the bench reaches models through the engine and specd.app; of specd.models it may name only these
 BENCH_MAY_IMPORT = ("specd.models.protocol", "specd.models.registry", "specd.models.modes", "specd.models.errors")
+# the engine reads models through their runtime (and the quantization modes its settings name), never
+# through loading: which models exist and where they are found is the faces' and specd.app's business
+ENGINE_MAY_IMPORT = ("specd.models.protocol", "specd.models.tokenizer", "specd.models.kv_cache",
+                     "specd.models.profile", "specd.models.heads", "specd.models.modes")
 # modules the thin paths import; importing any of them must not import these
 THIN = ("specd.cli", "specd.requests", "specd.schema", "specd.config", "specd.engine.config",
         "specd.daemon.client", "specd.daemon.protocol", "specd.daemon.config", "specd.lsp.server",
@@ -73,6 +77,14 @@ def test_the_bench_reaches_models_only_through_their_public_interface(installed)
     bad = [f"{i.importer}:{i.line} imports {owner(i.target, modules)}" for i in imports
            if i.importer.startswith("specd.bench.") and (owner(i.target, modules) or "").startswith("specd.models")
            and owner(i.target, modules) not in BENCH_MAY_IMPORT]
+    assert bad == []
+
+
+def test_the_engine_reaches_models_only_through_their_runtime(installed) -> None:
+    modules, imports = installed
+    bad = [f"{i.importer}:{i.line} imports {owner(i.target, modules)}" for i in imports
+           if i.importer.startswith("specd.engine.") and (owner(i.target, modules) or "").startswith("specd.models")
+           and owner(i.target, modules) not in ENGINE_MAY_IMPORT]
     assert bad == []
 
 

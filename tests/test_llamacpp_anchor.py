@@ -277,7 +277,8 @@ def test_server_that_dies_while_loading(cache, tmp_path) -> None:
 
 def _draft_gguf() -> Path | None:
     from specd.models.pull import gguf_path
-    from specd.models.registry import DEFAULT_DRAFT, PUBLISHED
+    from specd.models.registry import PUBLISHED
+    from specd.engine.config import DEFAULT_DRAFT
 
     path = gguf_path(PUBLISHED[DEFAULT_DRAFT])
     return path if path.is_file() else None

@@ -120,7 +120,8 @@ def test_quality_scenario_beside_llama_server_on_the_real_pair(tasks, tmp_path, 
     """The default pair in specd's daemon and the same target GGUF in llama-server, two tasks."""
     from specd.bench.llamacpp_bin import find_binaries
     from specd.models.pull import is_pulled
-    from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PUBLISHED
+    from specd.models.registry import PUBLISHED
+    from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
     missing = [n for n in (DEFAULT_TARGET, DEFAULT_DRAFT) if not is_pulled(PUBLISHED[n])]
     if find_binaries() is None or missing:

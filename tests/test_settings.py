@@ -13,8 +13,9 @@ from specd.config import ConfigError, engine_config as read_engine_config
 from specd.daemon import protocol as rpc
 from specd.daemon.config import DaemonConfig, daemon_config as read_daemon_config
 from specd.engine.config import EngineConfig, PromptWindows
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 from specd.models.modes import DRAFT_QUANTS, TARGET_QUANTS
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.models.registry import PUBLISHED
 from specd.requests import CompletionRequest, RequestError
 from specd.schema import entries, flag_names
 
@@ -33,6 +34,7 @@ README_ENGINE_FLAGS = ["--target", "t", "--draft", "none", "--target-quant", "fp
 def test_defaults_come_from_one_place() -> None:
     c = EngineConfig()
     assert (c.target, c.draft) == (DEFAULT_TARGET, DEFAULT_DRAFT)
+    assert DEFAULT_TARGET in PUBLISHED and DEFAULT_DRAFT in PUBLISHED  # `specd models pull` fetches the defaults
     assert c.target_quant in TARGET_QUANTS and c.draft_quant in DRAFT_QUANTS and c.k == "auto"
     assert read_engine_config({}, {}) == c and read_daemon_config({}, {}) == DaemonConfig()
 

@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     source = args.tokenizer_from
     if source is None:
         from specd.app import gguf_file
-        from specd.models.registry import DEFAULT_TARGET
+        from specd.engine.config import DEFAULT_TARGET
 
         source = gguf_file(DEFAULT_TARGET)
         if source is None or not source.is_file():

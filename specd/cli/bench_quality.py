@@ -39,7 +39,8 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
     from specd.cli.flags import engine_argv, engine_config
     from specd.daemon.client import AsyncClient
     from specd.models.pull import gguf_path
-    from specd.models.registry import DEFAULT_TARGET, PUBLISHED
+    from specd.models.registry import PUBLISHED
+    from specd.engine.config import DEFAULT_TARGET
 
     path = args.tasks_file or quality_tasks_path()
     tasks = load_tasks(path)

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specd.models.registry import DEFAULT_TARGET, cache_root
+from specd.models.registry import cache_root
+from specd.engine.config import DEFAULT_TARGET
 
 
 def _default_dir(target: str) -> Path:

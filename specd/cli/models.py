@@ -10,7 +10,8 @@ from typing import Any
 from specd.cli.flags import add_engine_flags, engine_config
 from specd.models.errors import ModelError
 from specd.models.memory import resident_split, rss_bytes
-from specd.models.registry import DEFAULT_DRAFT, DEFAULT_TARGET, PUBLISHED, cache_root
+from specd.models.registry import PUBLISHED, cache_root
+from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 
 def register(subparsers: Any) -> None:
