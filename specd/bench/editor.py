@@ -1,10 +1,11 @@
 """``specd bench --scenario editor``: real files typed key by key through the daemon's socket
 (the requests ``specd lsp`` would send), through the real ``specd lsp`` over stdio (its debounce,
 prewarming, typed-along cache and request-ahead included), and through llama-server's ``/infill``
-with llama.vscode's CPU settings when its binaries are built; the same script, timings and text
-windows for each. Keys come at a typing pace (open loop): a suggestion is *shown* when it is
+with llama.vscode's CPU settings when its binaries are built, asked as llama.vim asks it (its answer
+cache and look-back, one request at a time); the same script, timings and text windows for each. Keys come at a typing pace (open loop): a suggestion is *shown* when it is
 non-empty and arrives before the next key; an older request is superseded by the next key (the
-daemon's session, the server's own rule, or an aborted HTTP request). After an open, a file
+daemon's session, the server's own rule; llama.vim's client sends nothing while a request is in
+flight and never aborts one). After an open, a file
 switch, a pause and an accept the bench waits for the answer. The script is in
 :mod:`specd.bench.editor_script`.
 
@@ -23,7 +24,6 @@ import json
 import os
 import statistics
 import tempfile
-import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -37,7 +37,6 @@ from specd.percentile import percentile
 from specd.remote.errors import RemoteError
 from specd.remote.http import HttpClient, HttpSettings
 from specd.remote.spec import RemoteSpec
-from specd.requests import Cancelled
 
 PATHS = ("socket", "lsp", "llama-server")
 WAIT_S = 60.0  # longest wait for a waited answer
@@ -199,17 +198,37 @@ class LspDriver:
         return {"lsp_log_tail": logs}
 
 
+# llama.vim's client rules (ggml-org/llama.vim, autoload/llama.vim: llama#fim, s:fim_try_hint)
+LOOK_BACK = 128  # characters typed since a cached answer that may still be served from it
+RETRY_S = 0.1  # a key held back by the request in flight tries again this often (llama.vim's timer)
+T_MAX_PREDICT_MS = 250  # llama.vim's limit for a request at a new position (its follow-ups get more)
+
+
 class LlamaDriver:
-    """``/infill`` with the same text windows (and stop rule) as specd's requests, ``cache_prompt``
-    on; the next key aborts the request in flight: its connection is closed, as llama.vscode aborts
-    its fetch (llama-server then stops generating for it)."""
+    """``/infill`` asked as llama.vim asks it, with the same text windows (and stop rule) as specd's
+    requests and ``cache_prompt`` on:
+
+    - the text before the cursor on its line goes in ``prompt``, the lines before it in
+      ``input_prefix``, the rest in ``input_suffix``; ``n_indent`` is the line's indentation and
+      ``t_max_predict_ms`` 250;
+    - every answer is cached by its (text before the cursor, suffix); a key is answered from the
+      cache at once, without a request, when its own text is there or when a cached answer starts
+      with the up to 128 characters typed since (the look-back: the rest is shown);
+    - no request while one is in flight: a key waits (trying again every 100 ms and when the
+      answer in flight arrives: it may cover the key through the look-back); a newer key
+      supersedes it. A request once sent is never aborted.
+    """
 
     name = "llama-server"
 
     def __init__(self, server: LlamaServer, shaper: Shaper, max_tokens: int) -> None:
         self.server, self.shaper, self.max_tokens = server, shaper, max_tokens
         self.http = HttpClient(RemoteSpec("llama-server", server.url), HttpSettings(timeout_s=WAIT_S, retries=0))
-        self._inflight: asyncio.Task[Answer] | None = None
+        self.cache: dict[tuple[str, str], str] = {}  # (text before the cursor, suffix) -> the server's content
+        self.requests = 0  # sent to the server
+        self._busy = False  # a request is in flight
+        self._answered = asyncio.Event()  # set (and replaced) when an answer arrives
+        self._newest = 0  # the newest key's number
 
     async def open(self, f: EditorFile, text: str) -> None:
         self.shaper.open(f.uri, text, f.language, "/bench/" + f.path)
@@ -218,33 +237,69 @@ class LlamaDriver:
         self.shaper.edit(f.uri, new_text, start[0])
 
     def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]:
-        if self._inflight is not None and not self._inflight.done():
-            self._inflight.cancel()  # llama.vscode aborts its fetch on the next key
-        self._inflight = asyncio.ensure_future(self._ask(f, at))
-        return self._inflight
+        self._newest += 1
+        return asyncio.ensure_future(self._ask(f, at, self._newest))
 
-    async def _ask(self, f: EditorFile, at: tuple[int, int]) -> Answer:
+    def cached(self, before: str, suffix: str) -> str | None:
+        """The answer the cache holds for this cursor (llama.vim's look-back included), or None."""
+        exact = self.cache.get((before, suffix))
+        if exact is not None:
+            return exact
+        best: str | None = None
+        for n in range(1, min(LOOK_BACK, len(before)) + 1):
+            content = self.cache.get((before[:-n], suffix))
+            if content is not None and len(content) > n and content.startswith(before[-n:]):
+                if best is None or len(content) - n > len(best):
+                    best = content[n:]
+        return best
+
+    async def _ask(self, f: EditorFile, at: tuple[int, int], n: int) -> Answer:
         w = self.shaper.window(f.uri, *at)
         params = self.shaper.params(f.uri, *at)
         if w is None or params is None:
             return Answer("empty", at=time.perf_counter())
-        body = infill_body(w.prefix, w.suffix, self.max_tokens, cache_prompt=True,
-                           extra={"input_extra": [], "stop": params.get("stop") or []})
-        aborted = threading.Event()  # the HTTP client closes the connection once it is set
+        while True:
+            hit = self.cached(w.prefix, w.suffix)
+            if hit is not None:
+                return self._show(hit, f, at)
+            if n != self._newest:
+                return Answer("superseded", at=time.perf_counter())
+            if not self._busy:
+                break
+            answered = self._answered
+            try:
+                await asyncio.wait_for(answered.wait(), RETRY_S)
+            except asyncio.TimeoutError:
+                pass
+        cut = w.prefix.rfind("\n") + 1
+        line = w.prefix[cut:]
+        body = infill_body(w.prefix[:cut], w.suffix, self.max_tokens, cache_prompt=True,
+                           t_max_predict_ms=T_MAX_PREDICT_MS,
+                           extra={"prompt": line, "n_indent": len(line) - len(line.lstrip(" \t")),
+                                  "input_extra": [], "stop": params.get("stop") or []})
+        self._busy = True
+        self.requests += 1
         try:
-            data = await asyncio.to_thread(self.http.post_json, "/infill", body, aborted.is_set)
-        except asyncio.CancelledError:
-            aborted.set()
-            return Answer("superseded", at=time.perf_counter())
-        except Cancelled:
-            return Answer("superseded", at=time.perf_counter())
+            data = await asyncio.to_thread(self.http.post_json, "/infill", body, lambda: False)
         except (RemoteError, OSError, ValueError) as e:
             return Answer("error", at=time.perf_counter(), error=str(e)[:200])
-        shown = self.shaper.display(str(data.get("content", "")), f.uri, *at)
+        finally:
+            self._busy = False
+            self._answered.set()
+            self._answered = asyncio.Event()
+        content = str(data.get("content", ""))
+        if content:  # llama.vim keeps no empty answer
+            self.cache[(w.prefix, w.suffix)] = content
+        if n != self._newest:  # the cursor moved on: shown only there, through the cache
+            return Answer("superseded", at=time.perf_counter())
+        return self._show(content, f, at)
+
+    def _show(self, raw: str, f: EditorFile, at: tuple[int, int]) -> Answer:
+        shown = self.shaper.display(raw, f.uri, *at)
         return Answer("shown" if shown else "empty", shown, time.perf_counter())
 
     async def close(self) -> dict[str, Any]:
-        return {}
+        return {"llama_server_requests": self.requests, "llama_server_cached_answers": len(self.cache)}
 
 
 # -- one pass of the script ------------------------------------------------------------------------
