@@ -1,6 +1,6 @@
 """The one compiled part of specd: its kernel library specd.models._kernels (models/csrc: the INT8
 and INT4 linears, the fused decoder layer, the GGUF block-format kernels), loaded through ctypes by
-specd.models.q8, which checks the library's ABI version and signatures (models/csrc/kernel_abi.h)
+specd.models.kernels, which checks the library's ABI version and signatures (models/csrc/kernel_abi.h)
 at load. Optional: where it cannot be built (no C compiler, not x86-64), the
 install still succeeds and the runtimes fall back to ONNX Runtime / torch kernels."""
 

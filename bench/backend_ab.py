@@ -11,7 +11,7 @@ in commit 9e79d9f).
 A runtime is ``torch``, ``ort`` or ``auto``, optionally ``/QUANT`` for another quantization than
 the model argument's and ``@N`` for an N-token sub-vocabulary head (drafts), e.g.
 ``torch/int8@32768``; ``torch-loop`` is the torch runtime with its layers in the Python loop
-instead of fused in C (``specd.models.q8layer``); or ``llamacpp``: llama.cpp (llama-cpp-python) on the model's pulled GGUF file, its
+instead of fused in C (``specd.models.fused_layers``); or ``llamacpp``: llama.cpp (llama-cpp-python) on the model's pulled GGUF file, its
 own quantization (Q4_K_M target), as a same-run reference for the step cost.
 """
 import argparse

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 
-from specd.models import q8
+from specd.models import kernels
 from specd.models.gguf_linear import GgufLinear, simd_levels
 
 # the 1.5B target's per-layer linears: (name, type, out rows, in features)
@@ -44,7 +44,7 @@ def main() -> int:
     ap.add_argument("--levels", default="2,3", help="SIMD levels to time (0 scalar, 2 AVX2, 3 AVX-512)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    lib = q8.kernel().lib
+    lib = kernels.kernel().lib
     lins = [(name, GgufLinear.from_blocks(name, int(t), blocks(t, N, k, i), k)) for i, (name, t, N, k) in enumerate(LAYER)]
     for level in [int(v) for v in args.levels.split(",") if int(v) in simd_levels()]:
         got = lib.gg_set_simd(level)

@@ -34,8 +34,8 @@ import torch.nn.functional as F
 from specd.models.config import ModelConfig
 from specd.models.kv_cache import CacheOwner, HiddenStates, KVCache
 from specd.models.profile import PhaseClock
-from specd.models import q8layer
-from specd.models.q8layer import FusedLayers
+from specd.models import fused_layers
+from specd.models.fused_layers import FusedLayers
 from specd.models.quant import DenseLinear, Linear
 
 HEAD_INPUT = "head_input"  # the observer's name for the output head's input (calibration)
@@ -65,7 +65,7 @@ class Decoder(CacheOwner):
         ``specd.models.quant``); by default a dense layer in ``compute_dtype``. ``head_rows``
         restricts the output head to those token ids (a draft's sub-vocabulary, see
         ``specd.models.subvocab``): every other token gets logit -inf. ``fused``: run the layers
-        through ``specd.models.q8layer`` when every linear is one of specd's kernels (INT8 or
+        through ``specd.models.fused_layers`` when every linear is one of specd's kernels (INT8 or
         INT4; the default; False keeps the Python loop, the reference it is tested against)."""
         self.config = config
         self.compute_dtype = compute_dtype
@@ -127,9 +127,9 @@ class Decoder(CacheOwner):
         self.cache = KVCache(
             c.num_layers, c.num_kv_heads, c.head_dim, max_len, torch.float32, self.device
         )
-        # every linear on specd's INT8 (or INT4) kernel: each layer is one C call (specd.models.q8layer)
+        # every linear on specd's INT8 (or INT4) kernel: each layer is one C call (specd.models.fused_layers)
         self.fused: FusedLayers | None = None
-        if fused and q8layer.supports(c, self.layers, self.device):
+        if fused and fused_layers.supports(c, self.layers, self.device):
             self.fused = FusedLayers(c, self.layers, max_len)
 
     # -- properties the engine relies on ------------------------------------------------------

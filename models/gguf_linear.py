@@ -1,5 +1,5 @@
 """Linear layers and embeddings over a GGUF file's own weight blocks (Q4_0, Q5_0, Q8_0, Q4_K,
-Q6_K), run by specd's kernels (``models/csrc/gguf_*.c``, loaded through ``specd.models.q8``).
+Q6_K), run by specd's kernels (``models/csrc/gguf_*.c``, loaded through ``specd.models.kernels``).
 
 The weights stay in the bytes the file stores: a ``GgufLinear`` holds, per part, a uint8 tensor
 ``[rows, row_bytes]`` (a view of the GGUF memory map or a copy of the tensor's bytes), never a
@@ -19,7 +19,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf.quants import dequantize as gguf_dequantize
 
-from specd.models import q8
+from specd.models import kernels
 from specd.models.errors import ModelError
 
 # the block formats the kernels run, by GGML type id
@@ -71,7 +71,7 @@ SIMD_LEVELS: dict[int, str] = {0: "scalar", 2: "avx2", 3: "avx512"}
 def simd_levels() -> list[int]:
     """The SIMD levels the kernels can run on this CPU, lowest first (0 the scalar reference,
     2 AVX2, 3 AVX-512 VNNI; the environment variable SPECD_GG_SIMD=scalar|avx2 caps them)."""
-    kernel = q8.kernel()
+    kernel = kernels.kernel()
     with kernel.lock:
         now = kernel.lib.gg_simd()
         best = kernel.lib.gg_set_simd(-1)
@@ -84,7 +84,7 @@ def simd_level(level: int) -> Iterator[int]:
     """Run the kernels at ``level`` (or the best level below it the CPU has) inside the block,
     yielding the level they run; the previous level afterwards. For tests and benchmarks that
     compare the paths in one process: it changes the level for every caller of the library."""
-    kernel = q8.kernel()
+    kernel = kernels.kernel()
     with kernel.lock:
         before = kernel.lib.gg_simd()
         got = kernel.lib.gg_set_simd(level)
@@ -122,7 +122,7 @@ def repacks_here() -> bool:
     """Whether K-quant weights are repacked at load (``GgufLinear``'s ``repack``): where the
     kernels run AVX2 or AVX-512 VNNI (both have repacked paths; the portable scalar build runs
     the GGUF layout)."""
-    kernel = q8.kernel()
+    kernel = kernels.kernel()
     with kernel.lock:
         return int(kernel.lib.gg_simd()) >= 2
 
@@ -142,7 +142,7 @@ def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_a
     values: ``unrepack_blocks`` gives the GGUF bytes back), anything else as stored."""
     if qtype not in K_QUANTS or raw.shape[0] % X16_ROWS:
         return qtype, raw
-    lib = q8.kernel().lib
+    lib = kernels.kernel().lib
     rb = int(lib.gg_row_bytes(qtype | X16, k))
     out = alloc(raw.shape[0] * rb).view(raw.shape[0], rb)
     if lib.gg_repack(qtype, raw.data_ptr(), raw.shape[0], k, out.data_ptr()) != 0:
@@ -152,7 +152,7 @@ def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_a
 
 def unrepack_blocks(qtype: int, packed: torch.Tensor, k: int) -> torch.Tensor:
     """The GGUF blocks ``[rows, row_bytes]`` a repacked K-quant weight came from, byte for byte."""
-    lib = q8.kernel().lib
+    lib = kernels.kernel().lib
     out = torch.empty(packed.shape[0], row_bytes(qtype, k), dtype=torch.uint8)
     if lib.gg_unrepack(qtype | X16, packed.data_ptr(), packed.shape[0], k, out.data_ptr()) != 0:
         raise ModelError(f"cannot unrepack a {type_name(qtype)} weight {list(packed.shape)} of width {k}")
@@ -172,7 +172,7 @@ class GgufLinear:
     OS drop from memory (``GgufFile.release``). ``alloc`` gives the repacked copies their memory
     (``GgufLinearFactory``: a huge-page arena, ``specd.models.hugepages``)."""
 
-    bits = 0  # specd.models.q8layer's weight kind: part tables (kernel_abi.h gg_parts)
+    bits = 0  # specd.models.fused_layers's weight kind: part tables (kernel_abi.h gg_parts)
 
     def __init__(self, parts: Sequence[GgufPart], in_features: int, repack: bool | None = None,
                  alloc: Alloc = _torch_alloc) -> None:
@@ -180,7 +180,7 @@ class GgufLinear:
             raise ModelError("a GGUF linear layer needs at least one weight tensor")
         for p in parts:
             _check_part(p, in_features)
-        self.kernel = q8.kernel()
+        self.kernel = kernels.kernel()
         self.parts = list(parts)
         self.in_features = in_features
         self.out_features = sum(p.raw.shape[0] for p in self.parts)
@@ -265,7 +265,7 @@ def dequantize(qtype: int, raw: torch.Tensor, k: int) -> torch.Tensor:
         raise ModelError(f"cannot dequantize a {type_name(qtype)} tensor of width {k}: {why}")
     raw = raw.contiguous()
     out = torch.empty(raw.shape[0], k, dtype=torch.float32)
-    if q8.kernel().lib.gg_dequantize(qtype, raw.data_ptr(), raw.shape[0], k, out.data_ptr()) != 0:
+    if kernels.kernel().lib.gg_dequantize(qtype, raw.data_ptr(), raw.shape[0], k, out.data_ptr()) != 0:
         raise RuntimeError(f"the kernel refused to dequantize {type_name(qtype)} rows of width {k}")
     return out
 
@@ -276,7 +276,7 @@ def quantize_activations(qtype: int, x: torch.Tensor, reference: bool = False) -
     K/256 blocks of float d, int8 q[256], int16 sums of 16[16])."""
     x = x.float().contiguous()
     n, k = x.shape
-    lib = q8.kernel().lib
+    lib = kernels.kernel().lib
     out = torch.empty(n, int(lib.gg_act_bytes(qtype, k)), dtype=torch.uint8)
     fn = lib.gg_quantize_ref if reference else lib.gg_quantize
     if fn(qtype, x.data_ptr(), n, k, out.data_ptr()) != 0:

@@ -28,7 +28,7 @@ from gguf.quants import dequantize as gguf_dequantize
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name, read_config
-from specd.models import q8
+from specd.models import kernels
 from specd.models.gguf_linear import KERNEL_TYPES, GgufEmbedding, GgufLinear, GgufPart, type_name, unsupported
 from specd.models.gguf_linear import dequantize as kernel_dequantize
 from specd.models.hugepages import HugePageArena, huge_pages_enabled
@@ -153,7 +153,7 @@ def _rows_float32(qtype: int, raw: torch.Tensor, k: int) -> torch.Tensor:
               int(GGMLQuantizationType.BF16): torch.bfloat16}
     if qtype in floats:
         return raw.contiguous().view(floats[qtype]).float()
-    if unsupported(qtype, k) is None and q8.available():
+    if unsupported(qtype, k) is None and kernels.available():
         return kernel_dequantize(qtype, raw, k)
     values = gguf_dequantize(raw.numpy(), GGMLQuantizationType(qtype))
     return torch.from_numpy(np.ascontiguousarray(values, dtype=np.float32).reshape(raw.shape[0], k))

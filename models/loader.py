@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 import torch
 from safetensors import safe_open
 
-from specd.models import q8, subvocab
+from specd.models import kernels, subvocab
 from specd.models.calibrate import calibration_tokens, channel_absmax, channel_meansq
 from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
@@ -195,7 +195,7 @@ def resolve_quant(spec: str, quant: str, backend: str, device: str) -> str:
     """``quant`` itself, or for ``auto`` the mode it runs ``spec`` as (``modes.auto_target_quant``)."""
     if quant != AUTO_QUANT:
         return quant
-    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, q8.unavailable() is None)
+    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, kernels.unavailable() is None)
 
 
 def resolve_backend(backend: str, quant: str, device: str) -> str:
@@ -207,7 +207,7 @@ def resolve_backend(backend: str, quant: str, device: str) -> str:
         return backend
     if device != "cpu":
         return "torch"
-    if quant in KERNEL_QUANTS and q8.available() or quant == GGUF_QUANT:
+    if quant in KERNEL_QUANTS and kernels.available() or quant == GGUF_QUANT:
         return "torch"
     return "ort" if quant in modes_on("ort") else "torch"
 
@@ -323,7 +323,7 @@ def _load_gguf(req: LoadRequest) -> LoadedModel:
     """Quant mode gguf (``specd.models.gguf_model``): the decoder over the file's own blocks; the
     tokenizer (and config.json) built once beside the cache, no weights converted."""
     spec = req.spec
-    why = q8.unavailable()
+    why = kernels.unavailable()
     if why:
         raise ModelError(f"{spec}: quant mode gguf runs on specd's kernels: {why}")
     path, tok_dir = _gguf_source(spec)
@@ -348,7 +348,7 @@ MODES: dict[str, QuantMode] = {m.name: m for m in (
     # calibration: outlier input channels kept dense, on the fallback runtime (fbgemm; specd's INT8 blocks need none)
     QuantMode("int8", _load_source, ("torch", "ort"), calibration=channel_absmax),
     QuantMode("fp8", _load_source),
-    # calibration: the channels' mean squares weigh the scale search of specd's INT4 blocks (q8.pack4)
+    # calibration: the channels' mean squares weigh the scale search of specd's INT4 blocks (int_linear.pack4)
     QuantMode("int4", _load_source, ("torch", "ort"), calibration=channel_meansq),
     QuantMode("bf16", _load_source),
     QuantMode("fp32", _load_source, ("torch", "ort"), compute_dtype=torch.float32),

@@ -14,7 +14,7 @@ DEFAULT_TARGET_QUANT = AUTO_QUANT
 DEFAULT_DRAFT_QUANT = "int4"
 
 DENSE_QUANTS = ("bf16", "fp32")  # no quantized layers
-KERNEL_QUANTS = ("int8", "int4")  # specd's own CPU kernels (specd.models.q8), where they are built
+KERNEL_QUANTS = ("int8", "int4")  # specd's own CPU kernels (specd.models.int_linear), where they are built
 GGUF_QUANT = "gguf"  # a GGUF file's own weight blocks on specd's kernels (specd.models.gguf_model)
 ORT_QUANTS = ("int8", "int4", "fp32")  # the ONNX Runtime backend (specd.models.onnx_graph)
 BNB_QUANTS = ("int8", "int4")  # bitsandbytes on CUDA (LLM.int8, NF4); fp8 runs _scaled_mm there

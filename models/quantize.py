@@ -3,7 +3,7 @@
 Modes (``--target-quant`` / ``--draft-quant``; the lists are in :mod:`specd.models.modes`):
 
 - ``bf16`` / ``fp32``: dense.
-- ``int8``: on an x86-64 CPU with AVX2, ``Q8Linear`` (specd's own kernel, ``specd.models.q8``:
+- ``int8``: on an x86-64 CPU with AVX2, ``Q8Linear`` (specd's own kernel, ``specd.models.kernels``:
   block-wise int8 weights and activations, batch-invariant, weights read once for all rows);
   elsewhere on CPU ``Int8RowLinear`` (fbgemm, per-row activation scales, batch-invariant);
   bitsandbytes LLM.int8 on CUDA.
@@ -34,7 +34,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.calibrate import outlier_channels
 from specd.models.decoder import HEAD_INPUT
 from specd.models.errors import ModelError
@@ -69,12 +69,12 @@ SOURCE_KEY = "specd_source_sha256"  # artifact metadata: the GGUF file's sha256 
 # bump when a mode's stored format or method changes, so stale artifacts are not reused
 _ARTIFACT_VERSION = {"int8": "-v2", "int4": "", "fp8": ""}
 # specd's kernels' own packed layouts (int4 -v2: scales searched against calibrated channel
-# importance, q8.pack4)
+# importance, int_linear.pack4)
 _KERNEL_ARTIFACT_VERSION = {"int8": "-q8", "int4": "-q4-v2"}
 
 
 def _artifact(directory: Path, mode: str) -> Path:
-    if mode in _KERNEL_ARTIFACT_VERSION and q8.available():
+    if mode in _KERNEL_ARTIFACT_VERSION and kernels.available():
         return directory / f"quant-{mode}{_KERNEL_ARTIFACT_VERSION[mode]}.safetensors"
     version = _ARTIFACT_VERSION.get(mode, "")
     return directory / f"quant-{mode}{version}.safetensors"
@@ -117,8 +117,8 @@ class _QuantStore:
         self.stored: dict[str, torch.Tensor] = {}
         self.fresh: dict[str, torch.Tensor] = {}
         self.expected = 0
-        self.use_q8 = mode == "int8" and q8.available()  # block-wise kernel: no outlier calibration needed
-        self.use_q4 = mode == "int4" and q8.available()
+        self.use_q8 = mode == "int8" and kernels.available()  # block-wise kernel: no outlier calibration needed
+        self.use_q4 = mode == "int4" and kernels.available()
         if path is not None and path.exists():
             try:
                 with safe_open(str(path), framework="pt") as f:
@@ -131,7 +131,7 @@ class _QuantStore:
             except Exception as e:
                 raise ModelError(f"{model}: corrupt quantized artifact {path} ({e}); delete it to rebuild") from e
         # per input channel by layer name (``specd.models.calibrate``): int8 without specd's kernel
-        # keeps its outlier channels dense; int4 on it weighs the scale search (``q8.pack4``) by
+        # keeps its outlier channels dense; int4 on it weighs the scale search (``int_linear.pack4``) by
         # their mean squares. Computed only when something is left to quantize.
         needs = (mode == "int8" and not self.use_q8) or self.use_q4
         self.stats: dict[str, torch.Tensor] = calibrate() if calibrate is not None and needs and not self.stored else {}
@@ -146,14 +146,14 @@ class _QuantStore:
     def _quantize(self, name: str, w: torch.Tensor) -> dict[str, torch.Tensor]:
         if self.use_q8:
             try:
-                return {"p": q8.pack(w), "k": torch.tensor([w.shape[1]])}
+                return {"p": int_linear.pack(w), "k": torch.tensor([w.shape[1]])}
             except ValueError as e:  # in_features not a multiple of 32
                 raise ModelError(f"{self.model}: {name}: {e} (specd's INT8 blocks); use --*-quant bf16 "
                                  "for this model") from e
         if self.use_q4:
             try:
                 imp = self.stats.get(HEAD_INPUT if name.startswith("lm_head") else name)
-                return {"p4": q8.pack4(w, importance=imp), "k": torch.tensor([w.shape[1]])}
+                return {"p4": int_linear.pack4(w, importance=imp), "k": torch.tensor([w.shape[1]])}
             except ValueError as e:
                 raise ModelError(f"{self.model}: {name}: {e} (specd's INT4 blocks); use --*-quant bf16 "
                                  "for this model") from e
@@ -184,9 +184,9 @@ class _QuantStore:
 
     def _build(self, name: str, t: dict[str, torch.Tensor]) -> Linear:
         if self.use_q8:
-            return q8.Q8Linear(t["p"], int(t["k"][0]))
+            return int_linear.Q8Linear(t["p"], int(t["k"][0]))
         if self.use_q4:
-            return q8.Q4Linear(t["p4"], int(t["k"][0]))
+            return int_linear.Q4Linear(t["p4"], int(t["k"][0]))
         if self.mode == "int8":
             return Int8RowLinear(t["q"], t["scale"], t.get("oidx"), t.get("ow"))
         if self.mode == "int4":

@@ -19,7 +19,7 @@ from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, measure_costs
 from specd.engine.head_drafter import DraftHeads
-from specd.models import heads, hub_gguf, q8
+from specd.models import heads, hub_gguf, kernels
 from specd.models.errors import ModelError
 from specd.models.footprint import Footprint, NotEnoughMemory, available_memory, estimate
 from specd.models.loader import load_model, resolve
@@ -87,12 +87,12 @@ def load_heads(config: EngineConfig) -> DraftHeads:
 
 def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
     """(role, estimated footprint) of each model ``config`` loads, read from disk before loading."""
-    kernels = q8.unavailable() is None
+    built = kernels.available()
     out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
-                                kernels and config.target_backend != "ort"))]
+                                built and config.target_backend != "ort"))]
     if config.draft and config.drafter not in ("ngram", "heads"):
         out.append(("draft", estimate(config.draft, config.draft_quant, config.max_len, config.device,
-                                      config.draft_head_vocab, kernels)))
+                                      config.draft_head_vocab, built)))
     return out
 
 

@@ -11,7 +11,7 @@ import pytest
 from specd import app
 from specd.cli import main
 from specd.engine.config import EngineConfig
-from specd.models import q8
+from specd.models import kernels
 from specd.models.footprint import NotEnoughMemory, available_memory, estimate
 from specd.models.loader import load_model
 from tests.padded_models import save_hf_model, write_gguf_model
@@ -33,8 +33,8 @@ def _config(cache: Path, **kw) -> EngineConfig:
 
 @pytest.mark.parametrize("quant", ["bf16", "fp32", "gguf"])
 def test_the_estimate_matches_the_loaded_model(cache: Path, quant: str) -> None:
-    if quant == "gguf" and q8.unavailable() is not None:
-        pytest.skip(str(q8.unavailable()))
+    if quant == "gguf" and kernels.unavailable() is not None:
+        pytest.skip(str(kernels.unavailable()))
     path = write_gguf_model(cache / "m.gguf", 300, seed=0)
     f = estimate(str(path), quant, max_len=512)
     assert f is not None and f.quant == quant

@@ -16,7 +16,7 @@ import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
 from gguf import quants as gquants
 
-from specd.models import q8
+from specd.models import kernels
 from specd.models.errors import ModelError
 from specd.models.gguf_linear import (
     GgufEmbedding,
@@ -32,7 +32,7 @@ from specd.models.gguf_linear import (
     unrepack_blocks,
 )
 
-pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+pytestmark = pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 
 FORMATS = [T.Q4_0, T.Q5_0, T.Q8_0, T.Q4_K, T.Q6_K]
 FP16_FIELDS = {T.Q4_0: [0], T.Q5_0: [0], T.Q8_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}  # byte offsets in a block
@@ -191,14 +191,14 @@ def test_wide_inputs_in_chunks_equal_the_reference(qtype: T) -> None:
 def test_level_requests_fall_back_to_what_the_cpu_has() -> None:
     """Asking for a level the CPU lacks runs the best one below it; the scalar request always runs
     the reference; the previous level comes back after the block."""
-    before = q8.kernel().lib.gg_simd()
+    before = kernels.kernel().lib.gg_simd()
     with simd_level(99) as best:
         assert best == LEVELS[-1]
     with simd_level(1) as low:
         assert low == 0
     with simd_level(2) as mid:
         assert mid == (2 if 2 in LEVELS else 0)
-    assert q8.kernel().lib.gg_simd() == before
+    assert kernels.kernel().lib.gg_simd() == before
 
 
 @pytest.mark.parametrize("cap", ["scalar", "avx2"])
@@ -216,11 +216,11 @@ def test_environment_caps_the_level_with_the_same_bits(cap: str, tmp_path: Path)
     torch.save({"parts": [(p.name, p.qtype, p.raw) for p in lin.parts], "x": x}, tmp_path / "case.pt")
     script = (
         "import sys, torch\n"
-        "from specd.models import q8\n"
+        "from specd.models import kernels\n"
         "from specd.models.gguf_linear import GgufLinear, GgufPart\n"
         "case = torch.load(sys.argv[1])\n"
         "lin = GgufLinear([GgufPart(*p) for p in case['parts']], 768)\n"
-        "torch.save({'level': q8.kernel().lib.gg_simd(), 'y': lin(case['x'])}, sys.argv[2])\n")
+        "torch.save({'level': kernels.kernel().lib.gg_simd(), 'y': lin(case['x'])}, sys.argv[2])\n")
     env = {**os.environ, "SPECD_GG_SIMD": cap}
     subprocess.run([sys.executable, "-c", script, str(tmp_path / "case.pt"), str(tmp_path / "out.pt")],
                    env=env, check=True, timeout=120)
@@ -337,7 +337,7 @@ def test_portable_build_without_simd_gives_the_same_bits(tmp_path: Path) -> None
         k = WIDTHS[qtype][1]
         lin = layer(qtype, 29, k, seed=5)
         x = torch.randn(9, k, generator=torch.Generator().manual_seed(5))
-        act = torch.empty(9, int(q8.kernel().lib.gg_act_bytes(int(qtype), k)), dtype=torch.uint8)
+        act = torch.empty(9, int(kernels.kernel().lib.gg_act_bytes(int(qtype), k)), dtype=torch.uint8)
         y = torch.empty(9, 29)
         assert lib.gg_quantize(int(qtype), x.data_ptr(), 9, k, act.data_ptr()) == 0
         assert lib.gg_gemm(int(qtype), lin.parts[0].raw.data_ptr(), 29, k, act.data_ptr(), 9, y.data_ptr(), 29) == 0
@@ -359,7 +359,7 @@ def test_repacking_keeps_every_byte(qtype: T) -> None:
         assert torch.equal(unrepack_blocks(int(qtype), packed, k), raw)
         want = gquants.dequantize(raw.numpy(), qtype).reshape(48, k)
         got = torch.empty(48, k)
-        assert q8.kernel().lib.gg_dequantize(kind, packed.data_ptr(), 48, k, got.data_ptr()) == 0
+        assert kernels.kernel().lib.gg_dequantize(kind, packed.data_ptr(), 48, k, got.data_ptr()) == 0
         assert np.array_equal(bits(got), bits(want))
 
 

@@ -19,7 +19,7 @@ from gguf import quants as gquants
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specd.models import gguf_model, q8
+from specd.models import gguf_model, kernels
 from specd.models.errors import ModelError
 from specd.models.gguf_convert import hf_name
 from specd.models.gguf_float import GgufFloatWeights, RoundedEmbedding
@@ -29,7 +29,7 @@ from specd.models.quantize import SOURCE_KEY
 from tests.test_gguf_model import LAYER_TYPES, write_tiny_gguf
 from tests.tiny import tiny_tokenizer
 
-pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+pytestmark = pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 
 TOKENS = torch.tensor([5, 80, 13, 200, 7, 7, 99, 31, 250, 2, 64, 128])
 
@@ -87,7 +87,7 @@ def test_tensors_equal_the_former_converted_copy(cache: Path, monkeypatch: pytes
     path = write_tiny_gguf(cache / "tiny.gguf", seed=0, embed=T.Q8_0, output=T.Q4_K)
     monkeypatch.setattr(gguf_model, "CHUNK_ROWS", chunk)
     if not kernels:
-        monkeypatch.setattr(gguf_model.q8, "available", lambda: False)
+        monkeypatch.setattr(gguf_model.kernels, "available", lambda: False)
     former = _former_copy(path)
     weights = GgufFloatWeights(GgufFile(path))
     assert sorted(weights) == sorted(former)

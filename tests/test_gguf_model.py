@@ -17,7 +17,7 @@ from gguf import quants as gquants
 
 from specd.engine.drafters import ModelDrafter
 from specd.engine.speculative import Decoding, generate
-from specd.models import q8, subvocab
+from specd.models import kernels, subvocab
 from specd.models.config import ModelConfig
 from specd.models.decoder import Decoder
 from specd.models.errors import ModelError
@@ -34,7 +34,7 @@ from specd.models.gguf_linear import (
 from specd.models.loader import _converted_path, load_model
 from tests.tiny import TINY_VOCAB, tiny_tokenizer
 
-pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+pytestmark = pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 
 HIDDEN, INTER, HEADS, KV_HEADS, LAYERS = 256, 512, 4, 2, 2
 FP16_FIELDS = {T.Q4_K: [0, 2], T.Q6_K: [208]}
@@ -177,7 +177,7 @@ class _SameQuantization:
 def test_logits_match_references(cache: Path) -> None:
     """The Python loop over GgufLinear agrees with float64 linears on the same quantized
     activations to float32 rounding (the kernels compute exactly those products); the fused C
-    layers agree with the Python loop to float rounding (as tests/test_q8layer.py holds for INT8:
+    layers agree with the Python loop to float rounding (as tests/test_fused_layers.py holds for INT8:
     another order of sums in norms and attention, a polynomial exp); against the dequantized float
     model only the activations' int8 quantization (per row, blocks of 32 / 256, as llama.cpp)
     separates them: a few percent on this random model, whose random K-quant blocks make

@@ -10,13 +10,13 @@ import torch
 
 from specd.engine.drafters import ModelDrafter
 from specd.engine.speculative import Decoding, generate
-from specd.models import q8
+from specd.models import kernels
 from specd.models.gguf_linear import SIMD_LEVELS, repacks_here, simd_level, simd_levels
 from specd.models.loader import load_model
 from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
 
 pytestmark = [pytest.mark.real_models,
-              pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))]
+              pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))]
 
 PROMPT = ('import argparse\n\n\ndef parse_args():\n    parser = argparse.ArgumentParser()\n'
           '    parser.add_argument("--input", type=str)\n')

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from specd.models import hub_gguf, q8
+from specd.models import hub_gguf, kernels
 from specd.models.errors import ModelError
 from tests.padded_models import REAL, write_gguf_model
 
@@ -45,7 +45,7 @@ def _hub_cache(root: Path, gguf: Path) -> None:
     (snap / FILE).write_bytes(gguf.read_bytes())
 
 
-@pytest.mark.skipif(not q8.available(), reason=q8.unavailable() or "")
+@pytest.mark.skipif(not kernels.available(), reason=kernels.unavailable() or "")
 def test_a_cached_hub_gguf_loads_and_runs_offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from specd.models.footprint import estimate
     from specd.models.loader import is_gguf_source, load_model

@@ -1,4 +1,4 @@
-"""The C boundary of specd's kernels (models/csrc/kernel_abi.h, loaded by specd.models.q8): the
+"""The C boundary of specd's kernels (models/csrc/kernel_abi.h, loaded by specd.models.kernels): the
 built library's ABI version and signatures against the Python declarations, the clear error a
 stale or foreign library raises (stub libraries compiled here with the system C compiler), the
 argument checks in front of the C calls, and the OpenMP runtime shared with torch."""
@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.errors import KernelABIError, ModelError
 
-needs_kernel = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+needs_kernel = pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) to build a stub library")
 
-HEADER = Path(q8.__file__).parent / "csrc" / "kernel_abi.h"
+HEADER = Path(kernels.__file__).parent / "csrc" / "kernel_abi.h"
 
 
 def _stub(tmp_path: Path, version: int | None, signatures: str, own_omp: bool = True) -> str:
@@ -36,7 +36,7 @@ def _stub(tmp_path: Path, version: int | None, signatures: str, own_omp: bool = 
     if version is not None:
         lines += [f"int specd_kernel_abi_version(void) {{ return {version}; }}",
                   f"const char *specd_kernel_abi_signatures(void) {{ return \"{signatures}\"; }}"]
-    lines += [f"void {name}(void) {{}}" for name in q8._SIGNATURES if not name.startswith("specd_")]
+    lines += [f"void {name}(void) {{}}" for name in kernels._SIGNATURES if not name.startswith("specd_")]
     src, lib = tmp_path / "stub.c", tmp_path / "libstub.so"
     src.write_text("\n".join(lines) + "\n")
     subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True, capture_output=True)
@@ -45,7 +45,7 @@ def _stub(tmp_path: Path, version: int | None, signatures: str, own_omp: bool = 
 
 def _ours() -> str:
     """This module's declarations in the library's text format."""
-    return ";".join(q8.signature_table().values())
+    return ";".join(kernels.signature_table().values())
 
 
 # -- the built library -----------------------------------------------------------------------
@@ -53,25 +53,25 @@ def _ours() -> str:
 
 @needs_kernel
 def test_built_library_carries_this_abi() -> None:
-    lib = q8.kernel().lib
-    assert lib.specd_kernel_abi_version() == q8.ABI_VERSION
-    assert q8._parse_signatures(lib.specd_kernel_abi_signatures().decode()) == q8.signature_table()
+    lib = kernels.kernel().lib
+    assert lib.specd_kernel_abi_version() == kernels.ABI_VERSION
+    assert kernels._parse_signatures(lib.specd_kernel_abi_signatures().decode()) == kernels.signature_table()
     # the C source declares the same version as the Python constant
     m = re.search(r"#define SPECD_KERNEL_ABI_VERSION (\d+)", HEADER.read_text())
-    assert m is not None and int(m.group(1)) == q8.ABI_VERSION
+    assert m is not None and int(m.group(1)) == kernels.ABI_VERSION
 
 
 @needs_kernel
 def test_openmp_runtime_is_torchs(caplog: pytest.LogCaptureFixture) -> None:
     """On this machine the kernel joins torch's OpenMP pool: it is bound to the very
     ``omp_get_max_threads`` torch is, reads the thread count torch sets, and loads silently."""
-    path = q8.kernel().path
-    with caplog.at_level(logging.WARNING, logger="specd.models.q8"):
-        k = q8._Kernel(path)
+    path = kernels.kernel().path
+    with caplog.at_level(logging.WARNING, logger="specd.models.kernels"):
+        k = kernels._Kernel(path)
     assert k.omp_shared
     assert not caplog.records
     entry = k.lib.specd_kernel_omp_entry()
-    assert entry is not None and entry == q8.torch_omp_entry()
+    assert entry is not None and entry == kernels.torch_omp_entry()
     kernel_max_threads = ctypes.CFUNCTYPE(ctypes.c_int)(entry)
     before = torch.get_num_threads()
     try:
@@ -87,11 +87,11 @@ def test_openmp_runtime_is_torchs(caplog: pytest.LogCaptureFixture) -> None:
 
 @needs_cc
 def test_wrong_version_is_a_clear_error(tmp_path: Path) -> None:
-    stub = _stub(tmp_path, q8.ABI_VERSION + 998, _ours())
+    stub = _stub(tmp_path, kernels.ABI_VERSION + 998, _ours())
     with pytest.raises(KernelABIError) as e:
-        q8._Kernel(stub)
+        kernels._Kernel(stub)
     msg = str(e.value)
-    assert f"has ABI version {q8.ABI_VERSION + 998}, this specd expects {q8.ABI_VERSION}" in msg
+    assert f"has ABI version {kernels.ABI_VERSION + 998}, this specd expects {kernels.ABI_VERSION}" in msg
     assert stub in msg and "pip install -e ." in msg and "python setup.py build_ext --inplace" in msg
     assert isinstance(e.value, ModelError)  # callers that handle model errors handle this one
 
@@ -100,19 +100,19 @@ def test_wrong_version_is_a_clear_error(tmp_path: Path) -> None:
 def test_missing_version_symbol_is_a_clear_error(tmp_path: Path) -> None:
     stub = _stub(tmp_path, None, "")
     with pytest.raises(KernelABIError, match=r"exports no ABI version .*pip install -e \."):
-        q8._Kernel(stub)
+        kernels._Kernel(stub)
 
 
 @needs_cc
 def test_changed_signature_is_a_clear_error(tmp_path: Path) -> None:
     """Same version number, but one function takes an argument fewer and q8_layer's dims table
     lost an entry: both named, with the rebuild command."""
-    table = q8.signature_table()
+    table = kernels.signature_table()
     table["q4_linear"] = table["q4_linear"].replace(",p)->void", ")->void")
     table["q8_layer_dims"] = table["q8_layer_dims"].replace(",bits", "")
-    stub = _stub(tmp_path, q8.ABI_VERSION, ";".join(table.values()))
+    stub = _stub(tmp_path, kernels.ABI_VERSION, ";".join(table.values()))
     with pytest.raises(KernelABIError) as e:
-        q8._Kernel(stub)
+        kernels._Kernel(stub)
     msg = str(e.value)
     assert "q4_linear: library 'q4_linear(p,i64,i64,p,i64,p,p,p)->void'" in msg
     assert "q8_layer_dims" in msg and "q8_linear:" not in msg
@@ -124,7 +124,7 @@ def test_unloadable_library_is_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "not_a_library.so"
     bad.write_text("not ELF")
     with pytest.raises(KernelABIError, match=r"cannot load .*pip install -e \."):
-        q8._Kernel(str(bad))
+        kernels._Kernel(str(bad))
 
 
 @needs_cc
@@ -133,9 +133,9 @@ def test_foreign_openmp_runtime_falls_back_with_one_log_line(
         tmp_path: Path, caplog: pytest.LogCaptureFixture, own_omp: bool) -> None:
     """A library whose OpenMP runtime is not torch's loads, with its team size fixed once (torch's
     thread count; 1 without OpenMP) and one warning saying so."""
-    stub = _stub(tmp_path, q8.ABI_VERSION, _ours(), own_omp=own_omp)
-    with caplog.at_level(logging.WARNING, logger="specd.models.q8"):
-        k = q8._Kernel(stub)
+    stub = _stub(tmp_path, kernels.ABI_VERSION, _ours(), own_omp=own_omp)
+    with caplog.at_level(logging.WARNING, logger="specd.models.kernels"):
+        k = kernels._Kernel(stub)
     assert not k.omp_shared
     k.lib.stub_threads.restype = ctypes.c_int
     assert k.lib.stub_threads() == (torch.get_num_threads() if own_omp else 1)
@@ -148,15 +148,15 @@ def test_foreign_openmp_runtime_falls_back_with_one_log_line(
 
 @needs_kernel
 def test_linear_argument_checks() -> None:
-    layer = q8.Q8Linear.from_float(torch.randn(8, 64))
+    layer = int_linear.Q8Linear.from_float(torch.randn(8, 64))
     with pytest.raises(ValueError, match=r"expected 64 input features .*got x of shape \(64,\)"):
         layer(torch.randn(64))
     with pytest.raises(ModelError, match=r"shape \(8, 66\) and dtype torch.int8 .*does not fit 64"):
-        q8.Q8Linear(torch.zeros(8, 66, dtype=torch.int8), 64)
+        int_linear.Q8Linear(torch.zeros(8, 66, dtype=torch.int8), 64)
     with pytest.raises(ModelError, match=r"shape \(66,\)"):
-        q8.Q4Linear(torch.zeros(66, dtype=torch.uint8), 64)
+        int_linear.Q4Linear(torch.zeros(66, dtype=torch.uint8), 64)
     with pytest.raises(ValueError, match=r"activations x of shape \(2, 48\)"):
-        q8.quantize_activations(torch.randn(2, 48))
+        int_linear.quantize_activations(torch.randn(2, 48))
 
 
 def _fused_decoder():
@@ -164,7 +164,7 @@ def _fused_decoder():
     from tests.tiny import tiny_config, tiny_weights
 
     c = tiny_config(vocab=96, hidden=64, layers=2, heads=4, kv_heads=2)  # head_dim 16
-    make = lambda name, weight: q8.Q8Linear.from_float(weight())  # noqa: E731
+    make = lambda name, weight: int_linear.Q8Linear.from_float(weight())  # noqa: E731
     dec = Decoder(c, tiny_weights(c, 0), compute_dtype=torch.float32, max_len=32, linear_factory=make)
     assert dec.fused is not None
     return c, dec
@@ -197,15 +197,15 @@ def test_fused_layer_argument_checks() -> None:
 
 @needs_kernel
 def test_fused_layers_reject_mismatched_weights() -> None:
-    from specd.models.q8layer import FusedLayers
+    from specd.models.fused_layers import FusedLayers
 
     c, dec = _fused_decoder()
     layers = [dict(layer) for layer in dec.layers]
-    layers[1]["o"] = q8.Q8Linear.from_float(torch.randn(64, 32))
+    layers[1]["o"] = int_linear.Q8Linear.from_float(torch.randn(64, 32))
     with pytest.raises(ValueError, match=r"layer 1 o: expected a \[64, 64\] weight, got \[64, 32\]"):
         FusedLayers(c, layers, 32)
     layers = [dict(layer) for layer in dec.layers]
-    layers[0]["down"] = q8.Q4Linear.from_float(torch.randn(64, c.intermediate_size))
+    layers[0]["down"] = int_linear.Q4Linear.from_float(torch.randn(64, c.intermediate_size))
     with pytest.raises(TypeError, match=r"layer 0 down: expected Q8Linear .*got Q4Linear"):
         FusedLayers(c, layers, 32)
     layers = [dict(layer) for layer in dec.layers]

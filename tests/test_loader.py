@@ -97,14 +97,14 @@ def test_one_loader_entry_per_quant_mode_agreeing_with_the_mode_lists() -> None:
 def test_calibration_runs_once_when_the_quantizer_weighs_it(tmp_path, monkeypatch, quant) -> None:
     """int8 calibrates on the fallback runtime only, int4 on specd's kernels only, and neither once
     its layers are stored; the statistics reach the quantizer through the factory's constructor."""
-    from specd.models import loader, q8
+    from specd.models import kernels, loader
 
     calls: list[str] = []
     calibrate = loader._calibrate
     monkeypatch.setattr(loader, "_calibrate", lambda *a: calls.append(a[4]) or calibrate(*a))
     d = save_tiny_model(tmp_path / "m")
     load_model(str(d), quant=quant, backend="torch")
-    expected = {"int8": not q8.available(), "int4": q8.available(), "bf16": False}[quant]
+    expected = {"int8": not kernels.available(), "int4": kernels.available(), "bf16": False}[quant]
     assert calls == ([quant] if expected else [])
     load_model(str(d), quant=quant, backend="torch")  # from the stored layers
     assert calls == ([quant] if expected else [])

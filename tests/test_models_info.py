@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from specd.models import q8
+from specd.models import kernels
 from tests.test_gguf_float import _tiny
 
 
-@pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+@pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 def test_info_reports_the_measured_rss_of_a_gguf_pair(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
     target = _tiny(tmp_path, "target.gguf")

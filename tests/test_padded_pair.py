@@ -60,10 +60,10 @@ def test_padded_gguf_pair_runs_and_matches_target_only(cache: Path, target_rows:
 
 def test_padded_pair_in_the_default_modes(cache: Path) -> None:
     """The target on the GGUF kernels (quant mode gguf), the draft in INT4: the same."""
-    from specd.models import q8
+    from specd.models import kernels
 
-    if q8.unavailable() is not None:
-        pytest.skip(str(q8.unavailable()))
+    if kernels.unavailable() is not None:
+        pytest.skip(str(kernels.unavailable()))
     target = load_model(str(write_gguf_model(cache / "target.gguf", 300, seed=0)), quant="gguf", max_len=512)
     draft = load_model(str(write_gguf_model(cache / "draft.gguf", 272, seed=1)), quant="int4", max_len=512)
     _assert_exact(_engine(target, draft))

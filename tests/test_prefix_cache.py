@@ -12,7 +12,7 @@ import torch
 
 from specd.engine.config import PromptWindows
 from specd.engine.engine import Engine, EngineConfig
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.decoder import Decoder
 from specd.requests import Cancelled, CompletionRequest, Preempted
 from specd.schema import ConfigError
@@ -65,12 +65,12 @@ def build(runtime: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, **config) ->
     if runtime == "torch-bf16":
         return tiny_engine(k=3, **config)
     if runtime.startswith("torch-") or runtime == "gguf":
-        if q8.unavailable() is not None:
-            pytest.skip(str(q8.unavailable()))
+        if kernels.unavailable() is not None:
+            pytest.skip(str(kernels.unavailable()))
     if runtime == "torch-int8":
-        target, draft = _quantized(q8.Q8Linear, 0), _quantized(q8.Q4Linear, 1)
+        target, draft = _quantized(int_linear.Q8Linear, 0), _quantized(int_linear.Q4Linear, 1)
     elif runtime == "torch-int4":
-        target, draft = _quantized(q8.Q4Linear, 0), _quantized(q8.Q4Linear, 1)
+        target, draft = _quantized(int_linear.Q4Linear, 0), _quantized(int_linear.Q4Linear, 1)
     elif runtime == "gguf":
         target, draft = _gguf(tmp, 0, monkeypatch), _gguf(tmp, 1, monkeypatch)
     else:
@@ -148,7 +148,7 @@ def test_the_least_recently_used_file_is_evicted_first() -> None:
                              max_len=512)
         tok = tiny_tokenizer()
         # the budget below counts each file's blocks in both models: both read the whole file
-        whole = dict(windows=PromptWindows(max_prefix_tokens=1024), draft_prompt_tokens=0)
+        whole = dict(windows=PromptWindows(max_prefix_tokens=1024))
         return Engine(target, tok, draft, tok, EngineConfig(k=2, max_len=512, prefix_cache_mb=mb, **whole, **SMALL))
 
     probe = engine_with(64)

@@ -14,7 +14,7 @@ from specd.daemon.model_thread import ModelThread
 from specd.daemon.local import LocalBackend
 from specd.daemon.scheduler import Done, Job, Scheduler
 from specd.engine.timeline import REQUEST_PHASES, ROUND_PHASES
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.decoder import Decoder
 from specd.models.profile import PhaseClock
 from specd.requests import CompletionRequest, RequestError
@@ -60,8 +60,8 @@ def test_profile_must_be_a_bool() -> None:
         CompletionRequest(PREFIX, profile="yes").validate(512)  # type: ignore[arg-type]
 
 
-@pytest.mark.skipif(not q8.available(), reason=q8.unavailable() or "")
-@pytest.mark.parametrize("linear", [q8.Q8Linear, q8.Q4Linear], ids=["int8", "int4"])
+@pytest.mark.skipif(not kernels.available(), reason=kernels.unavailable() or "")
+@pytest.mark.parametrize("linear", [int_linear.Q8Linear, int_linear.Q4Linear], ids=["int8", "int4"])
 def test_kernel_profile_splits_the_layers_and_changes_no_bit(linear: type) -> None:
     c = tiny_config(vocab=96, hidden=512, layers=2, heads=8, kv_heads=4)  # linears large enough for a team
     make = lambda name, weight: linear.from_float(weight())  # noqa: E731

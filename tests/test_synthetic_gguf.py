@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from specd.bench.synthetic_gguf import SHAPES, Shape, more_bits, tensors, write
-from specd.models import q8
+from specd.models import kernels
 from tests.padded_models import REAL, write_gguf_model
 
 
@@ -23,7 +23,7 @@ def test_type_mix_is_llama_cpp_q4_k_m() -> None:
     assert len(plan) == 3 + 12 * 28
 
 
-@pytest.mark.skipif(not q8.available(), reason=q8.unavailable() or "")
+@pytest.mark.skipif(not kernels.available(), reason=kernels.unavailable() or "")
 def test_a_small_shape_loads_and_runs(tmp_path: Path) -> None:
     from specd.models.loader import load_model
 

@@ -6,11 +6,11 @@
  * One list, SPECD_KERNEL_ABI below, is the only copy: it generates the prototypes (the compiler
  * checks them against the definitions: every kernel source includes this header), the tables'
  * enums (D_*, W_*, GG_PART_*, P_*) and the text (kernel_abi.c), so the text cannot differ from
- * what the library exports. The loader checks the version and the text against models/q8.py.
+ * what the library exports. The loader checks the version and the text against models/kernels.py.
  *
- * Bump rule: change SPECD_KERNEL_ABI_VERSION (and ABI_VERSION in models/q8.py with it) whenever
+ * Bump rule: change SPECD_KERNEL_ABI_VERSION (and ABI_VERSION in models/kernels.py with it) whenever
  * the text changes (an exported function's signature, a table's entries) or the packed weight
- * layout does, and edit models/q8.py's declarations to match.
+ * layout does, and edit models/kernels.py's declarations to match.
  *
  * Text format, one entry per ';': name(arg,arg,...)->ret for a function, name[index,...]->type
  * for an index table. Types: p (any pointer), i64 (int64_t), i32 (int), f32 (float), f64 (double),

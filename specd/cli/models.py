@@ -117,13 +117,13 @@ def resolved_quant(spec: str, quant: str, device: str, backend: str) -> str:
     """The quant mode ``spec`` was loaded in: ``quant`` itself, or for ``auto`` the mode
     ``specd.models.loader.load_model`` resolved it to, by the same rule and inputs."""
     # imported here: see cmd_models_info
-    from specd.models import q8
+    from specd.models import kernels
     from specd.models.loader import is_gguf_source
     from specd.models.modes import AUTO_QUANT, auto_target_quant
 
     if quant != AUTO_QUANT:
         return quant
-    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, q8.unavailable() is None)
+    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, kernels.unavailable() is None)
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:

@@ -137,15 +137,6 @@ class EngineConfig:
                                       "make the completion start with its text: whitespace (a whitespace-only "
                                       "token), prefix (any token a longer token starts with), or off")
     windows: PromptWindows = nested(PromptWindows)
-    # the draft reads the text nearest the cursor only: its cold prefill is that much shorter; the
-    # target reads the whole prompt, so the output is unchanged (specd.engine.draft_window). Off by
-    # default: 256 kept acceptance within a point on the dev Python tasks (79.7 vs 80.3 %, K auto)
-    # but lost 5.3 points on the held-out JavaScript and C tasks (59.3 vs 64.6 %), for ~0.55 s less
-    # draft prefill per cold request (bench/RESULTS.md, session 8)
-    draft_prompt_tokens: int = setting(0, check=_not_negative,
-                                       help="the draft model's prompt: at most this many tokens of the target's "
-                                            "(repository context dropped first, then the far prefix; 0: the "
-                                            "target's whole prompt)")
     threads: int = setting(0, check=_not_negative, shown_default="0, the library's: all cores",
                            help="torch (and ONNX Runtime) intra-op threads")
     # auto: on the CPU, int8 | int4 on torch with specd's kernels (layers fused in C), ONNX Runtime

@@ -14,7 +14,6 @@ from typing import Callable
 import torch
 
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
-from specd.engine.draft_window import FIM_TOKENS, DraftPrompt, DraftWindow, WindowedDrafter, check_draft_window
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.head_drafter import DraftHeads, HeadDrafter
 from specd.engine.plan import Plan
@@ -22,7 +21,7 @@ from specd.engine.prefill import prefill
 from specd.engine.prefix_cache import PrefixCache, block_bytes
 from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.policy import CostModel, FixedK, KPolicy, StructureK
-from specd.engine.prompt import PromptBuilder
+from specd.engine.prompt import FIM_TOKENS, PromptBuilder
 from specd.engine.sampling import SamplingParams, sampling_params
 from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
@@ -46,12 +45,11 @@ from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, Reque
 from specd.schema import ConfigError
 
 def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
-                 branch: int = 1, branch_below: float = 1.0, window: DraftPrompt | None = None,
+                 branch: int = 1, branch_below: float = 1.0,
                  heads: DraftHeads | None = None, target: CausalLM | None = None) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
     ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``).
-    ``window``: the draft model reads this prompt instead of the target's (n-gram lookup still
-    searches the whole sequence). ``heads`` (with ``target``): draft heads on the target's state."""
+    ``heads`` (with ``target``): draft heads on the target's state."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
     if kind == "heads":
@@ -59,8 +57,6 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
             raise ValueError("drafter 'heads' needs the heads and the target they read")
         return HeadDrafter(target, heads)
     model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
-    if model is not None and window is not None:
-        model = WindowedDrafter(model, window)
     if kind == "model":
         return model
     ngram = NgramDrafter(capacity=capacity)
@@ -114,8 +110,6 @@ class Engine:
         self.prompts = PromptBuilder(tokenizer, config.windows)
         self._healer = (Healer(tokenizer, config.token_healing, self.prompts.stop_ids)
                         if config.token_healing != "off" else None)
-        check_draft_window(config.draft_prompt_tokens, config.windows.max_suffix_tokens)
-        self.draft_window = DraftWindow(config.draft_prompt_tokens, self.prompts.fim, tokenizer)
         if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= K_MAX)):
             raise ValueError(f"k must be 0..{K_MAX} or 'auto', got {config.k!r}")
         if config.tree not in TREE or config.tree_width < 1:
@@ -192,7 +186,7 @@ class Engine:
                 try:
                     self._healer.heal(healing, self.target, prompt,
                                       Decoding(request.max_tokens, params, self.prompts.stop_ids, generator),
-                                      lambda p, _: self._prefill_locked(p, [], False, between_chunks), timeline,
+                                      lambda p, _: self._prefill_locked(p, False, between_chunks), timeline,
                                       _interrupts(cancelled, None))
                 except Cancelled:
                     raise
@@ -210,7 +204,7 @@ class Engine:
                                 generator)
 
             def prefill_models(prompt: list[int], with_draft: bool) -> int:
-                return self._prefill_locked(prompt, plan.draft_prompt.tokens, with_draft, between_chunks)
+                return self._prefill_locked(prompt, with_draft, between_chunks)
 
             try:
                 tokens, stats = generate(self.target, prompt, decoding, plan.drafter, plan.policy,
@@ -257,13 +251,13 @@ class Engine:
             policy = self._policy
         else:
             policy = FixedK(self.config.k if isinstance(self.config.k, int) else 0, self.config.draft_min_prob)
-        draft_prompt = self.draft_window.cut(prompt)
         if request.mode != "spec":
-            return Plan(policy, None, draft_prompt)
-        drafter = self._drafter_for(self.config.tree == "on" if request.tree is None else request.tree, draft_prompt)
+            return Plan(policy, None)
+        tree = self.config.tree == "on" if request.tree is None else request.tree
+        drafter = self._tree if tree else self._chain
         if drafter is not None and ahead:
             drafter = LookaheadDrafter(ahead, len(prompt), drafter)
-        return Plan(policy, drafter, draft_prompt)
+        return Plan(policy, drafter)
 
     def reset(self) -> None:
         """Forget every cached state (KV caches, the last suggestion): the next request runs cold."""
@@ -289,23 +283,14 @@ class Engine:
         return self.prompts.build_healed(request.prefix, request.suffix, request.context,
                                          self._healer.cut if self._healer is not None else None)
 
-    def _drafter_for(self, tree: bool, draft_prompt: DraftPrompt) -> Drafter | None:
-        """The drafter of this request: the shared one, or one over the draft's own prompt window."""
-        if draft_prompt.shift == 0 or self._draft_cached is None:
-            return self._tree if tree else self._chain
-        return make_drafter(self.config.drafter, self.draft, self.target.max_len,
-                            self.config.tree_width if tree else 1, self.config.tree_branch_below, draft_prompt)
-
-    def _prefill_locked(self, prompt: list[int], draft_prompt: list[int], with_draft: bool,
-                        between_chunks: Callable[[], None]) -> int:
-        """The target's cache up to ``prompt[:-1]`` and, when ``with_draft``, the draft's up to
-        ``draft_prompt[:-1]`` (its own window, its own prefix-cache blocks), through the prefix
-        cache, in chunks; returns the target positions reused (live or restored)."""
+    def _prefill_locked(self, prompt: list[int], with_draft: bool, between_chunks: Callable[[], None]) -> int:
+        """The target's cache and, when ``with_draft``, the draft's up to ``prompt[:-1]``, through
+        the prefix cache, in chunks; returns the target positions reused (live or restored)."""
         chunk = self.config.prefill_chunk_tokens
         done = prefill(self.target, "target", torch.tensor(prompt[:-1], dtype=torch.long), self._prefix, chunk,
                        between_chunks)
         if with_draft and self._draft_cached is not None:
-            prefill(self._draft_cached, "draft", torch.tensor(draft_prompt[:-1], dtype=torch.long), self._prefix,
+            prefill(self._draft_cached, "draft", torch.tensor(prompt[:-1], dtype=torch.long), self._prefix,
                     chunk, between_chunks)
         return done.reused
 
@@ -327,7 +312,7 @@ class Engine:
             if cancelled is not None and cancelled():
                 raise Cancelled()
             try:
-                self._prefill_locked(prompt, self.draft_window.cut(prompt).tokens, True, _interrupts(cancelled, None))
+                self._prefill_locked(prompt, True, _interrupts(cancelled, None))
             except Cancelled:
                 raise
             except BaseException:

@@ -5,15 +5,12 @@
 - **drafter**: proposes the K tokens; None when the target decodes alone (``mode="target"``, or
   nothing to draft with). With a greedy request whose text continues the last suggestion, the
   suggestion's rest is drafted first (``LookaheadDrafter``).
-- **draft_prompt**: what the draft model reads: the target's prompt, or the window of it that
-  ``draft_prompt_tokens`` keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specd.engine.draft_window import DraftPrompt
 from specd.engine.drafters import Drafter
 from specd.engine.policy import KPolicy
 
@@ -22,4 +19,3 @@ from specd.engine.policy import KPolicy
 class Plan:
     policy: KPolicy
     drafter: Drafter | None
-    draft_prompt: DraftPrompt

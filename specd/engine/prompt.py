@@ -26,6 +26,7 @@ STOP_TOKENS = (
     "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>",
 )
 REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
+FIM_TOKENS = 3  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> in every prompt
 _CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
 
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.errors import ModelError
 
-pytestmark = pytest.mark.skipif(q8.unavailable() is not None, reason=str(q8.unavailable()))
+pytestmark = pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 
 G = torch.Generator().manual_seed(1)
 
@@ -19,7 +19,7 @@ def _reference(x: torch.Tensor, packed: torch.Tensor, k: int) -> torch.Tensor:
     """float64: sum over blocks of d_w * d_x * (exact integer dot of the int8 blocks), with the
     activations quantized by the documented rule (d = absmax / 127 per row and block of 32,
     q = round-half-even(x * (1 / d)), all in float32)."""
-    wq, wd = q8.unpack(packed, k)  # [N, K] int8, [N, K/32]
+    wq, wd = int_linear.unpack(packed, k)  # [N, K] int8, [N, K/32]
     n = x.shape[0]
     g = x.float().reshape(n, -1, 32)
     d = g.abs().amax(-1) / 127  # [n, K/32] float32
@@ -34,7 +34,7 @@ def test_matches_reference(n_out: int, k: int) -> None:
     w = torch.randn(n_out, k, generator=G) / 10
     x = torch.randn(11, k, generator=G)
     x[:, 5] *= 40  # an outlier channel: only its own block of 32 gets a coarse scale
-    layer = q8.Q8Linear.from_float(w)
+    layer = int_linear.Q8Linear.from_float(w)
     ref = _reference(x, layer.packed, k)
     assert float((layer(x).double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
     # and the quantization itself stays close to the float product
@@ -45,7 +45,7 @@ def test_matches_reference(n_out: int, k: int) -> None:
 def test_activation_quantization_matches_the_documented_rule() -> None:
     x = torch.randn(5, 64, generator=G) * 3
     x[2, :32] = 0  # an all-zero block: scale 0, codes 0
-    q, d = q8.quantize_activations(x)
+    q, d = int_linear.quantize_activations(x)
     g = x.reshape(5, -1, 32)
     dd = g.abs().amax(-1) / 127
     inv = torch.where(dd > 0, 1.0 / dd, torch.zeros_like(dd))
@@ -56,7 +56,7 @@ def test_activation_quantization_matches_the_documented_rule() -> None:
 
 def test_pack_roundtrip_error_bound() -> None:
     w = torch.randn(40, 256, generator=G)
-    wq, wd = q8.unpack(q8.pack(w), 256)
+    wq, wd = int_linear.unpack(int_linear.pack(w), 256)
     deq = wq.float() * wd.repeat_interleave(32, 1)
     step = wd.repeat_interleave(32, 1)
     # half a step, plus the fp16 rounding of the scale (relative 2^-11 of up to 127 steps)
@@ -69,7 +69,7 @@ def test_batch_invariant_bit_for_bit() -> None:
     w = torch.randn(200, 512, generator=G) / 10
     x = torch.randn(9, 512, generator=G)
     x[4] *= 100
-    layer = q8.Q8Linear.from_float(w)
+    layer = int_linear.Q8Linear.from_float(w)
     together = layer(x)
     for i in range(9):
         assert torch.equal(layer(x[i : i + 1])[0], together[i])
@@ -79,12 +79,12 @@ def test_batch_invariant_bit_for_bit() -> None:
 
 def test_bad_shapes_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="multiple of 32"):
-        q8.pack(torch.randn(4, 100))
-    layer = q8.Q8Linear.from_float(torch.randn(8, 64))
+        int_linear.pack(torch.randn(4, 100))
+    layer = int_linear.Q8Linear.from_float(torch.randn(8, 64))
     with pytest.raises(ValueError, match="expected 64 input features"):
         layer(torch.randn(2, 32))
     with pytest.raises(ModelError, match="does not fit"):
-        q8.Q8Linear(torch.zeros(8, 10, dtype=torch.uint8), 64)
+        int_linear.Q8Linear(torch.zeros(8, 10, dtype=torch.uint8), 64)
 
 
 def test_greedy_speculative_matches_target_with_q8_target(tmp_path) -> None:
@@ -98,8 +98,8 @@ def test_greedy_speculative_matches_target_with_q8_target(tmp_path) -> None:
     engine = build_engine(EngineConfig(target=str(t), draft=str(d), target_quant="int8", draft_quant="int4",
                                       max_len=256, k=4, target_backend="torch", draft_backend="torch"))
     target = engine.target
-    assert all(isinstance(layer[n], q8.Q8Linear) for layer in target.layers for n in ("qkv", "o", "gate_up", "down"))
-    assert isinstance(target.lm_head, q8.Q8Linear)
+    assert all(isinstance(layer[n], int_linear.Q8Linear) for layer in target.layers for n in ("qkv", "o", "gate_up", "down"))
+    assert isinstance(target.lm_head, int_linear.Q8Linear)
     for k in (1, 3, 6):
         spec = engine.complete(CompletionRequest("def f(x):", max_tokens=30, k=k))
         plain = engine.complete(CompletionRequest("def f(x):", max_tokens=30, mode="target"))
@@ -112,8 +112,8 @@ def test_greedy_speculative_matches_target_with_q8_target(tmp_path) -> None:
 
 def _reference4(x: torch.Tensor, packed: torch.Tensor, k: int) -> torch.Tensor:
     """As ``_reference``, with the INT4 weights' integer values (q - 8) and scales."""
-    wq, wd = q8.unpack4(packed, k)
-    xq, xd = q8.quantize_activations(x)
+    wq, wd = int_linear.unpack4(packed, k)
+    xq, xd = int_linear.quantize_activations(x)
     n = x.shape[0]
     dots = torch.einsum("rbi,obi->rob", xq.double().reshape(n, -1, 32), wq.double().reshape(wq.shape[0], -1, 32))
     return (dots * xd.double()[:, None, :] * wd.double()[None]).sum(-1)
@@ -123,7 +123,7 @@ def _reference4(x: torch.Tensor, packed: torch.Tensor, k: int) -> torch.Tensor:
 def test_q4_matches_reference(n_out: int, k: int) -> None:
     w = torch.randn(n_out, k, generator=G) / 10
     x = torch.randn(11, k, generator=G)
-    layer = q8.Q4Linear.from_float(w)
+    layer = int_linear.Q4Linear.from_float(w)
     ref = _reference4(x, layer.packed, k)
     assert float((layer(x).double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
     exact = x.double() @ w.double().t()
@@ -135,7 +135,7 @@ def test_q4_pack_roundtrip_error_bound() -> None:
     q = 0), every other value within half a step (the clamp at 15 only ever touches values that
     round past +7 steps, at most one step away)."""
     w = torch.randn(40, 256, generator=G)
-    wq, wd = q8.unpack4(q8.pack4(w, search=False), 256)
+    wq, wd = int_linear.unpack4(int_linear.pack4(w, search=False), 256)
     assert int(wq.min()) >= -8 and int(wq.max()) <= 7
     step = wd.abs().repeat_interleave(32, 1)
     deq = wq.float() * wd.repeat_interleave(32, 1)
@@ -144,7 +144,7 @@ def test_q4_pack_roundtrip_error_bound() -> None:
 
 
 def _q4_block_errors(w: torch.Tensor, importance: torch.Tensor | None = None, **kw) -> torch.Tensor:
-    wq, wd = q8.unpack4(q8.pack4(w, importance=importance, **kw), w.shape[1])
+    wq, wd = int_linear.unpack4(int_linear.pack4(w, importance=importance, **kw), w.shape[1])
     err = (wq.float() * wd.repeat_interleave(32, 1) - w).square()
     if importance is not None:
         err = err * importance
@@ -164,7 +164,7 @@ def test_q4_importance_lowers_the_weighted_error() -> None:
     error of the layer's output (sum E[x^2] dw^2) is lower with the importance than without."""
     w = torch.randn(64, 512, generator=G) / 10
     importance = torch.rand(512, generator=G) ** 4 * 10 + 0.01  # a few channels dominate
-    wq, wd = q8.unpack4(q8.pack4(w), 512)  # searched, blind to the importance
+    wq, wd = int_linear.unpack4(int_linear.pack4(w), 512)  # searched, blind to the importance
     blind_weighted = ((wq.float() * wd.repeat_interleave(32, 1) - w).square() * importance).sum()
     aware = _q4_block_errors(w, importance).sum()
     plain = _q4_block_errors(w, importance, search=False).sum()
@@ -175,7 +175,7 @@ def test_q4_batch_invariant_bit_for_bit() -> None:
     w = torch.randn(200, 512, generator=G) / 10
     x = torch.randn(9, 512, generator=G)
     x[4] *= 100
-    layer = q8.Q4Linear.from_float(w)
+    layer = int_linear.Q4Linear.from_float(w)
     together = layer(x)
     for i in range(9):
         assert torch.equal(layer(x[i : i + 1])[0], together[i])
@@ -183,6 +183,6 @@ def test_q4_batch_invariant_bit_for_bit() -> None:
 
 def test_q4_bad_shapes_are_clear_errors() -> None:
     with pytest.raises(ValueError, match="multiple of 32"):
-        q8.pack4(torch.zeros(4, 40))
+        int_linear.pack4(torch.zeros(4, 40))
     with pytest.raises(ModelError, match="does not fit"):
-        q8.Q4Linear(torch.zeros(8, 10, dtype=torch.uint8), 64)
+        int_linear.Q4Linear(torch.zeros(8, 10, dtype=torch.uint8), 64)

@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.decoder import Decoder
 from tests.tiny import tiny_config, tiny_weights
 
-pytestmark = pytest.mark.skipif(not q8.available(), reason=q8.unavailable() or "")
+pytestmark = pytest.mark.skipif(not kernels.available(), reason=kernels.unavailable() or "")
 
 
-def _pair(seed: int = 0, linear: type = q8.Q8Linear, **kw) -> tuple[Decoder, Decoder]:
+def _pair(seed: int = 0, linear: type = int_linear.Q8Linear, **kw) -> tuple[Decoder, Decoder]:
     c = tiny_config(vocab=96, hidden=64, layers=3, heads=4, kv_heads=2, **kw)  # head_dim 16
     w = tiny_weights(c, seed)
     make = lambda name, weight: linear.from_float(weight())  # noqa: E731
@@ -24,7 +24,7 @@ def _pair(seed: int = 0, linear: type = q8.Q8Linear, **kw) -> tuple[Decoder, Dec
     return fused, loop
 
 
-@pytest.mark.parametrize("linear", [q8.Q8Linear, q8.Q4Linear], ids=["int8", "int4"])
+@pytest.mark.parametrize("linear", [int_linear.Q8Linear, int_linear.Q4Linear], ids=["int8", "int4"])
 def test_fused_layers_match_the_python_loop(linear: type) -> None:
     fused, loop = _pair(linear=linear)
     tokens = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(1))
@@ -46,7 +46,7 @@ def test_fused_layers_match_the_python_loop(linear: type) -> None:
     torch.testing.assert_close(fused.cache.k[:, :, :36], ref, rtol=0, atol=2e-2 * float(ref.abs().max()))
 
 
-@pytest.mark.parametrize("linear", [q8.Q8Linear, q8.Q4Linear], ids=["int8", "int4"])
+@pytest.mark.parametrize("linear", [int_linear.Q8Linear, int_linear.Q4Linear], ids=["int8", "int4"])
 def test_rows_do_not_depend_on_the_batch(linear: type) -> None:
     """A row verified among others is bit for bit the row decoded alone (the exactness contract)."""
     fused, _ = _pair(seed=2, linear=linear)
@@ -62,7 +62,7 @@ def test_rows_do_not_depend_on_the_batch(linear: type) -> None:
     assert torch.equal(fused.cache.k[:, :, 20:25], k_alone)
 
 
-@pytest.mark.parametrize("linear", [q8.Q8Linear, q8.Q4Linear], ids=["int8", "int4"])
+@pytest.mark.parametrize("linear", [int_linear.Q8Linear, int_linear.Q4Linear], ids=["int8", "int4"])
 def test_long_prefill_in_chunks_is_the_same_forward(linear: type) -> None:
     """A prefill longer than a chunk goes through the layers chunk by chunk (bounded scratch);
     the logits and the KV cache are those of one unchunked forward, bit for bit."""

@@ -16,7 +16,7 @@ import ctypes
 
 import torch
 
-from specd.models import q8
+from specd.models import int_linear, kernels
 from specd.models.config import ModelConfig
 from specd.models.gguf_linear import GgufLinear
 from specd.models.profile import PhaseClock
@@ -26,7 +26,7 @@ def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> b
     """Whether ``layers`` (the decoder's per-layer dicts) can run through ``q8_layer``."""
     return (
         device.type == "cpu"
-        and q8.available()
+        and kernels.available()
         and config.head_dim % 8 == 0
         and config.num_heads % config.num_kv_heads == 0
         and len({type(layer[n]) for layer in layers for n in _LINEARS}) == 1
@@ -35,7 +35,7 @@ def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> b
 
 
 _LINEARS = ("qkv", "o", "gate_up", "down")
-_KINDS = (q8.Q8Linear, q8.Q4Linear, GgufLinear)  # their ``packed`` and ``bits`` are what q8_layer reads
+_KINDS = (int_linear.Q8Linear, int_linear.Q4Linear, GgufLinear)  # their ``packed`` and ``bits`` are what q8_layer reads
 
 
 def _check(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> None:
@@ -93,19 +93,19 @@ class FusedLayers:
         if capacity <= 0:
             raise ValueError(f"cache capacity {capacity}: expected at least one position")
         self.chunk = chunk
-        self.kernel = q8.kernel()
+        self.kernel = kernels.kernel()
         self.eps = float(c.rms_norm_eps)
         dims = {"hidden": c.hidden_size, "heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
                 "intermediate": c.intermediate_size, "capacity": capacity, "bits": layers[0]["qkv"].bits}
         # in the order of the ABI's q8_layer_dims / q8_layer_weights tables (checked at load)
-        self.dims = (ctypes.c_int64 * len(q8.LAYER_DIMS))(*[dims[name] for name in q8.LAYER_DIMS])
+        self.dims = (ctypes.c_int64 * len(kernels.LAYER_DIMS))(*[dims[name] for name in kernels.LAYER_DIMS])
         self._keep = []  # the tensors the pointers point into
         self.ptrs = []
         for layer in layers:
             weights = {name: layer[name].packed for name in _LINEARS}
             weights.update({name: layer[name].float().contiguous() for name in ("in_norm", "post_norm")})
             weights["qkv_bias"] = None if layer["qkv_bias"] is None else layer["qkv_bias"].float().contiguous()
-            tensors = [weights[name] for name in q8.LAYER_WEIGHTS]
+            tensors = [weights[name] for name in kernels.LAYER_WEIGHTS]
             self._keep.append(tensors)
             self.ptrs.append((ctypes.c_void_p * len(tensors))(*[None if t is None else t.data_ptr() for t in tensors]))
         self._scratch = torch.empty(0)
@@ -145,7 +145,7 @@ class FusedLayers:
         mptr = None if mask is None else mask.data_ptr()
         kb, vb, step = k.data_ptr(), v.data_ptr(), self._stride * 4
         lib = self.kernel.lib
-        acc = None if clock is None else (ctypes.c_double * len(q8.PROFILE_SLOTS))()
+        acc = None if clock is None else (ctypes.c_double * len(kernels.PROFILE_SLOTS))()
         with self.kernel.lock:
             if acc is not None:
                 lib.kernel_profile(acc)
@@ -157,5 +157,5 @@ class FusedLayers:
                 if acc is not None:
                     lib.kernel_profile(None)
         if clock is not None:
-            for name, seconds in zip(q8.PROFILE_SLOTS, acc):
+            for name, seconds in zip(kernels.PROFILE_SLOTS, acc):
                 clock.add(name, seconds)
