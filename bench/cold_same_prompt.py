@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
                     else:
                         server.erase_slot()
                         t0 = time.perf_counter()
-                        data = server._post("/completion", {"prompt": ids, "n_predict": args.max_tokens,
+                        data = server.post("/completion", {"prompt": ids, "n_predict": args.max_tokens,
                                                             "temperature": 0.0, "top_k": 1, "cache_prompt": False,
                                                             "samplers": ["top_k"]}, timeout=600)
                         times["llama"] = (time.perf_counter() - t0) * 1e3

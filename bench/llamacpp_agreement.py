@@ -36,7 +36,7 @@ def llama_continuations(server: LlamaServer, prompts: list[list[int]], n: int) -
     out = []
     for prompt in prompts:
         server.erase_slot()
-        data = server._post("/completion", {"prompt": prompt, "n_predict": n, "temperature": 0.0, "top_k": 1,
+        data = server.post("/completion", {"prompt": prompt, "n_predict": n, "temperature": 0.0, "top_k": 1,
                                             "cache_prompt": False, "return_tokens": True, "samplers": ["top_k"]},
                             timeout=600)
         out.append([int(t) for t in data.get("tokens", [])])

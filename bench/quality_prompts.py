@@ -133,7 +133,7 @@ def main() -> int:
                 if stop_for(task):
                     body["stop"] = stop_for(task)
                 t0 = time.perf_counter()
-                data = server._post(path, body, timeout=600)
+                data = server.post(path, body, timeout=600)
                 ms = (time.perf_counter() - t0) * 1000
                 text = str(data.get("content", ""))
                 answers.append({"task": task.id, "language": task.language, "kind": task.kind, "system": name,

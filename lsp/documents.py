@@ -24,3 +24,21 @@ class Documents(Protocol):
 
     def encoding(self) -> str:
         """The negotiated position encoding: utf-8, utf-16 or utf-32."""
+
+
+class TextDocuments:
+    """:class:`Documents` over plain texts held here (no editor): the editor bench's request
+    shaper and the tests that drive the completion service put documents in ``docs``."""
+
+    def __init__(self, root: str | None, encoding: str) -> None:
+        self._root, self._encoding = root, encoding
+        self.docs: dict[str, DocumentState] = {}
+
+    def get(self, uri: str) -> DocumentState | None:
+        return self.docs.get(uri)
+
+    def root(self) -> str | None:
+        return self._root
+
+    def encoding(self) -> str:
+        return self._encoding

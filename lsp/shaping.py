@@ -13,7 +13,7 @@ from typing import Any
 
 from specd.requests import CompletionRequest
 from specd.lsp.context import FrozenOthers, OtherFile, RecentEdits, display_path, repo_context
-from specd.lsp.documents import DocumentState, Documents
+from specd.lsp.documents import DocumentState, Documents, TextDocuments
 from specd.lsp.postprocess import is_mid_line, postprocess
 from specd.lsp.settings import LspSettings
 from specd.lsp.window import Window, cut_window
@@ -61,23 +61,6 @@ def session_for(tag: str, uri: str) -> str:
     return f"{tag}-{hashlib.sha1(uri.encode('utf-8', 'replace')).hexdigest()[:16]}"
 
 
-class _TextDocuments:
-    """:class:`~specd.lsp.documents.Documents` over plain texts (no editor)."""
-
-    def __init__(self, root: str | None, encoding: str) -> None:
-        self._root, self._encoding = root, encoding
-        self.docs: dict[str, DocumentState] = {}
-
-    def get(self, uri: str) -> DocumentState | None:
-        return self.docs.get(uri)
-
-    def root(self) -> str | None:
-        return self._root
-
-    def encoding(self) -> str:
-        return self._encoding
-
-
 class RequestShaper:
     """The LSP server's request shaping without a server: what ``specd lsp`` would send to the
     daemon (``complete`` params, the same window, context, session naming) and what it would show,
@@ -86,7 +69,7 @@ class RequestShaper:
     def __init__(self, settings: LspSettings = LspSettings(), root: str | None = None,
                  encoding: str = "utf-16", session_tag: str = "shaper") -> None:
         self.settings = settings
-        self.documents = _TextDocuments(root, encoding)
+        self.documents = TextDocuments(root, encoding)
         self.recent = RecentEdits()
         self.frozen = FrozenOthers()
         self.session_tag = session_tag

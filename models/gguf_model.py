@@ -261,8 +261,6 @@ class GgufLinearFactory:
     runs dense in bf16 (one log line per model); one in a block format the kernels lack is a
     ModelError naming the tensor, its type and what works."""
 
-    needs_calibration = False
-
     def __init__(self, file: GgufFile, head_rows: list[int] | None = None, model: str = "model") -> None:
         self.file, self.model = file, model
         self.head_rows = None if head_rows is None else torch.tensor(sorted(head_rows), dtype=torch.long)

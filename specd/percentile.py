@@ -8,8 +8,7 @@ at least q % of the values are less than or equal to it: the value of rank ``cei
 is the 19th. No values give 0.0 (the daemon's ``stats`` reports 0 before its first request);
 callers for whom "no values" means "no figure" check for it themselves.
 
-``specd/daemon/stats.py`` holds the same definition (``specd.daemon.stats.percentile``);
-``tests/test_bench_percentile.py`` checks the two agree.
+The daemon's ``stats`` (``specd.daemon.stats``) and the bench both import it.
 """
 
 from __future__ import annotations

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from specd.lsp.documents import DocumentState
+from specd.lsp.documents import DocumentState, TextDocuments
 
 
-class MemoryDocuments:
-    """:class:`~specd.lsp.documents.Documents`: ``put`` opens or edits a document (its version + 1)."""
+class MemoryDocuments(TextDocuments):
+    """``put`` opens or edits a document (its version + 1), ``close`` drops it."""
 
     def __init__(self, root: str = "/proj", encoding: str = "utf-16") -> None:
-        self.docs: dict[str, DocumentState] = {}
-        self._root = root
-        self._encoding = encoding
+        super().__init__(root, encoding)
 
     def put(self, uri: str, text: str) -> None:
         old = self.docs.get(uri)
@@ -20,12 +18,3 @@ class MemoryDocuments:
 
     def close(self, uri: str) -> None:
         self.docs.pop(uri, None)
-
-    def get(self, uri: str) -> DocumentState | None:
-        return self.docs.get(uri)
-
-    def root(self) -> str | None:
-        return self._root
-
-    def encoding(self) -> str:
-        return self._encoding

@@ -31,7 +31,8 @@ def _quantized(linear: type, seed: int) -> Decoder:
     c = tiny_config(vocab=TINY_VOCAB, hidden=64, layers=2)
     w = tiny_weights(c, seed)
     w["lm_head.weight"][256:TINY_VOCAB] *= 0.01  # rarely emit stop tokens: longer texts
-    return Decoder(c, w, compute_dtype=torch.float32, max_len=512,
+    # the draft (seed 1) as specd.app.build_engine loads it: drafts need not be batch-invariant
+    return Decoder(c, w, compute_dtype=torch.float32, max_len=512, row_attention=seed == 0,
                    linear_factory=lambda name, weight: linear.from_float(weight()))
 
 
@@ -53,7 +54,7 @@ def _gguf(tmp: Path, seed: int, monkeypatch: pytest.MonkeyPatch):
 
     monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp / "cache"))
     return load_model(str(_with_tokenizer(write_tiny_gguf(tmp / f"m{seed}.gguf", seed=seed))), quant="gguf",
-                      max_len=512).model
+                      max_len=512, row_attention=seed == 0).model
 
 
 # not torch fp32: MKL's float32 GEMM is not batch-invariant (rows computed in other chunks differ in the last bits)
@@ -75,8 +76,6 @@ def build(runtime: str, tmp: Path, monkeypatch: pytest.MonkeyPatch, **config) ->
         target, draft = _gguf(tmp, 0, monkeypatch), _gguf(tmp, 1, monkeypatch)
     else:
         target, draft = _ort(runtime.split("-")[1], 0), _ort("int4", 1)
-    if hasattr(draft, "row_attention"):
-        draft.row_attention = False  # as specd.app.build_engine does: drafts need not be batch-invariant
     tok = tiny_tokenizer()
     return Engine(target, tok, draft, tok, EngineConfig(k=3, **config))
 

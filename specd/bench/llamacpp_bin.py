@@ -265,7 +265,8 @@ class LlamaServer:
         self.stop()
         raise TimeoutError(f"llama-server not healthy after {timeout:.0f} s")
 
-    def _post(self, path: str, body: dict, timeout: float) -> dict:
+    def post(self, path: str, body: dict, timeout: float) -> dict:
+        """POST ``body`` as JSON to ``path`` (``/completion``, ``/infill``, ...); the JSON answer."""
         req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
                                      headers={"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -274,7 +275,7 @@ class LlamaServer:
     def erase_slot(self, slot: int = 0) -> bool:
         """Empties the slot's KV cache (``/slots/{id}?action=erase``); False where the server lacks it."""
         try:
-            self._post(f"/slots/{slot}?action=erase", {}, timeout=30)
+            self.post(f"/slots/{slot}?action=erase", {}, timeout=30)
             return True
         except (urllib.error.URLError, OSError, ValueError):
             return False
@@ -284,7 +285,7 @@ class LlamaServer:
                extra: dict | None = None) -> InfillResult:
         body = infill_body(prefix, suffix, n_predict, cache_prompt, t_max_predict_ms, extra)
         t0 = time.perf_counter()
-        data = self._post("/infill", body, timeout)
+        data = self.post("/infill", body, timeout)
         return parse_infill_response(data, (time.perf_counter() - t0) * 1000.0)
 
     def stop(self, timeout: float = 10.0) -> None:

@@ -116,14 +116,9 @@ INFO_PROMPT = "def fibonacci(n):\n    "
 def resolved_quant(spec: str, quant: str, device: str, backend: str) -> str:
     """The quant mode ``spec`` was loaded in: ``quant`` itself, or for ``auto`` the mode
     ``specd.models.loader.load_model`` resolved it to, by the same rule and inputs."""
-    # imported here: see cmd_models_info
-    from specd.models import kernels
-    from specd.models.loader import is_gguf_source
-    from specd.models.modes import AUTO_QUANT, auto_target_quant
+    from specd.models.loader import resolve_quant  # imported here: see cmd_models_info
 
-    if quant != AUTO_QUANT:
-        return quant
-    return auto_target_quant(is_gguf_source(spec) and backend != "ort", device, kernels.unavailable() is None)
+    return resolve_quant(spec, quant, backend, device)
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from specd.models.memory import rss_bytes
+from specd.percentile import percentile
 
 if TYPE_CHECKING:  # a type only: the daemon never imports torch itself
     from specd.engine.results import GenerationStats
 
 LATENCY_WINDOW = 1000  # latest served requests the percentiles cover
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Nearest-rank percentile; 0.0 for no values."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    rank = max(1, min(len(ordered), math.ceil(q / 100 * len(ordered))))
-    return ordered[rank - 1]
 
 
 class DaemonStats:
