@@ -126,19 +126,37 @@ class CostModel:
 
 class AdaptiveK(_Budgets):
     """K chosen per round from the cost model and a running acceptance estimate per draft
-    position. ``decay`` is the weight of each new observation: 0.03 remembers ~30 rounds, steady
-    enough that noise does not flip K between neighbouring break-evens, yet a file where the draft
-    does badly turns K down within a completion or two (bench/HISTORY.md has the measurements)."""
+    position.
+
+    - **Estimate**: the prior counts as ``prior_weight`` observations; each draft position's
+      estimate is the running mean of its observations (with the prior) until that mean would
+      weigh a new observation less than ``decay``, then an exponential average with weight
+      ``decay``. So a pair whose drafts are never accepted turns K down within a few rounds
+      (the prior 0.7 falls below a typical break-even of ~0.3 after ~6 rejections), and
+      afterwards 0.03 remembers ~30 rounds: steady enough that noise does not flip K between
+      neighbouring break-evens (bench/HISTORY.md has the measurements).
+    - **Probes**: at K = 0 nothing is drafted, so nothing would ever be observed again: after
+      ``probe_every`` rounds at K = 0 one round drafts a single token. A probe that is rejected
+      doubles the wait (up to ``probe_max`` rounds), so on a pair that never accepts the probes'
+      cost vanishes; an accepted probe, or any round that chooses K > 0, resets it.
+    """
 
     gated = True
 
     def __init__(self, cost: CostModel, k_max: int = 8, prior: float = 0.7, decay: float = 0.03,
-                 min_prob: float = 0.0) -> None:
+                 min_prob: float = 0.0, prior_weight: float = 4.0, probe_every: int = 16,
+                 probe_max: int = 512) -> None:
         self.cost = cost
         self.min_prob = min_prob
         self.k_max = k_max
         self.decay = decay
+        self.prior_weight = prior_weight
         self.alpha = [prior] * k_max  # conditional acceptance per draft position
+        self.seen = [0] * k_max  # observations per draft position
+        self.probe_base = self.probe_every = probe_every
+        self.probe_max = probe_max
+        self.idle = 0  # rounds at K = 0 since the last drafting round
+        self.probing = False  # this round drafts one token only to keep the estimate alive
 
     def expected_rate(self, k: int) -> float:
         """Expected tokens per millisecond when drafting ``k``."""
@@ -149,8 +167,21 @@ class AdaptiveK(_Budgets):
         ms = self.cost.target(1) if k == 0 else k * self.cost.draft_ms + self.cost.target(k + 1)
         return tokens / ms
 
-    def choose(self, seq: list[int] | None = None) -> int:
+    def best_k(self) -> int:
+        """The K the estimates and costs say pays best now (no probing)."""
         return max(range(self.k_max + 1), key=lambda k: (self.expected_rate(k), -k))
+
+    def choose(self, seq: list[int] | None = None) -> int:
+        k = self.best_k()
+        self.probing = False
+        if k > 0:
+            self.idle, self.probe_every = 0, self.probe_base
+            return k
+        self.idle += 1
+        if self.k_max > 0 and self.idle >= self.probe_every:
+            self.idle, self.probing = 0, True
+            return 1
+        return 0
 
     def keep_drafting(self, confidences: list[float]) -> bool:
         """The zero-cost gate: draft once more only if that draft's expected tokens per ms beat
@@ -172,11 +203,16 @@ class AdaptiveK(_Budgets):
         return survive * self.alpha[drafted] * t > tokens * dt
 
     def observe(self, drafted: int, accepted: int) -> None:
+        if self.probing and drafted:
+            self.probing = False
+            self.probe_every = self.probe_base if accepted else min(2 * self.probe_every, self.probe_max)
         for i in range(min(drafted, self.k_max)):
+            weight = max(self.decay, 1.0 / (self.prior_weight + self.seen[i] + 1))
+            self.seen[i] += 1
             if i < accepted:
-                self.alpha[i] += self.decay * (1.0 - self.alpha[i])
+                self.alpha[i] += weight * (1.0 - self.alpha[i])
             else:  # position accepted+1 was rejected; later ones were never judged
-                self.alpha[i] += self.decay * (0.0 - self.alpha[i])
+                self.alpha[i] += weight * (0.0 - self.alpha[i])
                 break
 
 
