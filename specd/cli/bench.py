@@ -71,6 +71,9 @@ def register(subparsers: Any) -> None:
     b.add_argument("--file-header", action="store_true",
                    help="quality scenario: send specd the repository header (repository and file names in Qwen's "
                         "repository format) as context; specd lsp does not (it did not pay on the dev split)")
+    b.add_argument("--repo-context", action="store_true",
+                   help="quality scenario: send specd repository context as specd lsp --repo-context does, the "
+                        "other files of each site's package (same split) standing for the recently edited documents")
     b.add_argument("--editor-preset", choices=["quick", "short", "full"], default=None,
                    help="editor scenario: keys per file visit and pauses (default full; --quick: quick)")
     b.add_argument("--paths", default=None,

@@ -12,8 +12,9 @@ from typing import Any, Callable
 
 from specd.bench.errors import BenchError
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path, select_tasks
-from specd.lsp.context import file_header
+from specd.lsp.context import ContextLimits, OtherFile, file_header, repo_context
 from specd.lsp.postprocess import postprocess
+from specd.lsp.settings import LspSettings
 
 
 def task_repo(task: Task) -> str:
@@ -32,6 +33,30 @@ def lsp_context(task: Task) -> str:
     return file_header(task_repo(task), task.file)
 
 
+def sibling_context(pool: list[Task], limits: ContextLimits = LspSettings().context) -> Callable[[Task], str]:
+    """Repository context as ``specd lsp --repo-context`` builds it (``repo_context``, the LSP's
+    limits), for a quality site: up to ``limits.files`` other files of the site's package, from
+    ``pool`` (its split), stand for the recently edited documents, each around its own site (its
+    text: that site's window of its file). Never the site's own file."""
+    by_package: dict[str, list[Task]] = {}
+    for t in pool:
+        by_package.setdefault(t.package, []).append(t)
+
+    def context(task: Task) -> str:
+        others: list[OtherFile] = []
+        files = {task.file}
+        for t in by_package.get(task.package, []):
+            if t.file in files:
+                continue
+            files.add(t.file)
+            others.append(OtherFile(t.file, t.prefix + t.expected + t.suffix, t.prefix.count("\n")))
+            if len(others) == limits.files:
+                break
+        return repo_context(task_repo(task), task.file, others, limits)
+
+    return context
+
+
 def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespace], Path]) -> int:
     from specd.bench import quality
     from specd.bench.llamacpp_bin import LlamaServer, find_binaries, unavailable_note
@@ -40,7 +65,6 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
     from specd.daemon.client import AsyncClient
     from specd.models.pull import gguf_path
     from specd.models.registry import PUBLISHED
-    from specd.engine.config import DEFAULT_TARGET
 
     path = args.tasks_file or quality_tasks_path()
     tasks = load_tasks(path)
@@ -49,6 +73,7 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
         tasks = [t for t in tasks if t.split == split]
         if not tasks:
             raise BenchError(f"{path} has no {split!r} tasks")
+    pool = list(tasks)  # the split's sites: where --repo-context takes other files from
     tasks = select_tasks(tasks, args.tasks)
     if args.per_kind > 0:
         tasks = quality.first_per_kind(tasks, args.per_kind)
@@ -78,7 +103,8 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
             tasks=tuple(tasks), connect=AsyncClient.connect, systems=systems,
             max_tokens=args.max_tokens if args.max_tokens is not None else 48,
             serve_argv=serve, socket=args.socket, llama=server, post=postprocess,
-            context=lsp_context if args.file_header else None, log_dir=out, log=say)
+            context=sibling_context(pool) if args.repo_context else lsp_context if args.file_header else None,
+            log_dir=out, log=say)
 
     if llama is None:
         doc = quality.run(bench(None))
