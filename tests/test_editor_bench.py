@@ -133,7 +133,7 @@ class _SlowInfill:
 
 def _typing_against(server: _SlowInfill, keys: str):
     """Type ``keys`` after ``def f():\n    `` through the llama-server driver, each key asked at
-    once (no waiting for the previous answer); the answers and the driver."""
+    once (no waiting for the previous answer); the answers and the driver. Closes ``server``."""
     import asyncio
     from types import SimpleNamespace
 
@@ -158,7 +158,10 @@ def _typing_against(server: _SlowInfill, keys: str):
             asked.append(driver.ask(f, now, (1, 5 + i)))
         return [await a for a in asked]
 
-    return asyncio.run(typing()), driver
+    try:
+        return asyncio.run(typing()), driver
+    finally:
+        server.close()
 
 
 def test_the_llama_server_path_asks_as_llama_vim_does() -> None:
@@ -166,10 +169,7 @@ def test_the_llama_server_path_asks_as_llama_vim_does() -> None:
     whose typed text starts the answer is served from it (llama.vim's look-back), with no second
     request; the line before the cursor goes in ``prompt``."""
     server = _SlowInfill("return 1\n", delay_s=0.5)
-    try:
-        answers, driver = _typing_against(server, "re")
-    finally:
-        server.close()
+    answers, driver = _typing_against(server, "re")
     assert [a.status for a in answers] == ["superseded", "superseded", "shown"]
     assert answers[-1].text == "turn 1"  # "re" typed: the rest of the cached answer
     assert server.most_in_flight == 1 and driver.requests == 1 and len(server.bodies) == 1
@@ -184,10 +184,7 @@ def test_the_llama_server_path_asks_again_where_the_cache_has_nothing() -> None:
     """A typed key the cached answer does not start with is sent once the server is free; the
     key it superseded is never sent."""
     server = _SlowInfill("pass\n", delay_s=0.3)
-    try:
-        answers, driver = _typing_against(server, "xy")
-    finally:
-        server.close()
+    answers, driver = _typing_against(server, "xy")
     assert [a.status for a in answers] == ["superseded", "superseded", "shown"]
     assert server.most_in_flight == 1 and driver.requests == 2
     assert [b["prompt"] for b in server.bodies] == ["    ", "    xy"]

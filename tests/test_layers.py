@@ -72,20 +72,20 @@ def test_layers_import_only_downward(installed) -> None:
     assert layer_violations(imports, modules, RULES) == []
 
 
-def test_the_bench_reaches_models_only_through_their_public_interface(installed) -> None:
+def _models_imported(installed, layer: str, allowed: tuple[str, ...]) -> list[str]:
+    """Where modules of ``layer`` import a module of specd.models outside ``allowed``."""
     modules, imports = installed
-    bad = [f"{i.importer}:{i.line} imports {owner(i.target, modules)}" for i in imports
-           if i.importer.startswith("specd.bench.") and (owner(i.target, modules) or "").startswith("specd.models")
-           and owner(i.target, modules) not in BENCH_MAY_IMPORT]
-    assert bad == []
+    return [f"{i.importer}:{i.line} imports {owner(i.target, modules)}" for i in imports
+            if i.importer.startswith(layer + ".") and (owner(i.target, modules) or "").startswith("specd.models")
+            and owner(i.target, modules) not in allowed]
+
+
+def test_the_bench_reaches_models_only_through_their_public_interface(installed) -> None:
+    assert _models_imported(installed, "specd.bench", BENCH_MAY_IMPORT) == []
 
 
 def test_the_engine_reaches_models_only_through_their_runtime(installed) -> None:
-    modules, imports = installed
-    bad = [f"{i.importer}:{i.line} imports {owner(i.target, modules)}" for i in imports
-           if i.importer.startswith("specd.engine.") and (owner(i.target, modules) or "").startswith("specd.models")
-           and owner(i.target, modules) not in ENGINE_MAY_IMPORT]
-    assert bad == []
+    assert _models_imported(installed, "specd.engine", ENGINE_MAY_IMPORT) == []
 
 
 def test_the_thin_modules_import_no_torch(installed) -> None:
