@@ -66,6 +66,11 @@ def test_a_pair_that_never_accepts_settles_on_k_zero_in_a_few_rounds() -> None:
     assert waste / (len(ks) * SEVEN_B.target(1)) < 0.005
 
 
+def test_no_probes_where_no_acceptance_could_make_drafting_pay() -> None:
+    dear = AdaptiveK(CostModel(draft_ms=1e6, verify_ms=SEVEN_B.verify_ms))
+    assert _rounds(dear, 2000, lambda r, k: k) == [0] * 2000
+
+
 def test_probes_bring_drafting_back_when_the_draft_agrees_again() -> None:
     policy = AdaptiveK(SEVEN_B)
     _rounds(policy, 300, lambda r, k: 0)

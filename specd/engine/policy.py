@@ -138,7 +138,8 @@ class AdaptiveK(_Budgets):
     - **Probes**: at K = 0 nothing is drafted, so nothing would ever be observed again: after
       ``probe_every`` rounds at K = 0 one round drafts a single token. A probe that is rejected
       doubles the wait (up to ``probe_max`` rounds), so on a pair that never accepts the probes'
-      cost vanishes; an accepted probe, or any round that chooses K > 0, resets it.
+      cost vanishes; an accepted probe, or any round that chooses K > 0, resets it. Where no
+      acceptance could make drafting pay (a draft step dearer than the target's), it never probes.
     """
 
     gated = True
@@ -157,6 +158,8 @@ class AdaptiveK(_Budgets):
         self.probe_max = probe_max
         self.idle = 0  # rounds at K = 0 since the last drafting round
         self.probing = False  # this round drafts one token only to keep the estimate alive
+        # probes only where drafting can pay at all: one draft always accepted beats the target alone
+        self.can_pay = k_max > 0 and 2.0 / (cost.draft_ms + cost.target(2)) > 1.0 / cost.target(1)
 
     def expected_rate(self, k: int) -> float:
         """Expected tokens per millisecond when drafting ``k``."""
@@ -178,7 +181,7 @@ class AdaptiveK(_Budgets):
             self.idle, self.probe_every = 0, self.probe_base
             return k
         self.idle += 1
-        if self.k_max > 0 and self.idle >= self.probe_every:
+        if self.can_pay and self.idle >= self.probe_every:
             self.idle, self.probing = 0, True
             return 1
         return 0
