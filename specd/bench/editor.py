@@ -2,11 +2,11 @@
 (the requests ``specd lsp`` would send), through the real ``specd lsp`` over stdio (its debounce,
 prewarming, typed-along cache and request-ahead included), and through llama-server's ``/infill``
 with llama.vscode's CPU settings when its binaries are built, asked as llama.vim asks it (its answer
-cache and look-back, one request at a time); the same script, timings and text windows for each. Keys come at a typing pace (open loop): a suggestion is *shown* when it is
-non-empty and arrives before the next key; an older request is superseded by the next key (the
-daemon's session, the server's own rule; llama.vim's client sends nothing while a request is in
-flight and never aborts one). After an open, a file
-switch, a pause and an accept the bench waits for the answer. The script is in
+cache and look-back, one request at a time); the same script, timings and text windows for each.
+Keys come at a typing pace (open loop): a suggestion is *shown* when it is non-empty and arrives
+before the next key; an older request is superseded by the next key (the daemon's session, the
+server's own rule; llama.vim's client sends nothing while a request is in flight and never aborts
+one). After an open, a file switch, a pause and an accept the bench waits for the answer. The script is in
 :mod:`specd.bench.editor_script`.
 
 The bench imports neither the LSP server nor the daemon (layers): the command line hands it the

@@ -158,8 +158,8 @@ class AdaptiveK(_Budgets):
         self.probe_max = probe_max
         self.idle = 0  # rounds at K = 0 since the last drafting round
         self.probing = False  # this round drafts one token only to keep the estimate alive
-        # probes only where drafting can pay at all: one draft always accepted beats the target alone
-        self.can_pay = k_max > 0 and 2.0 / (cost.draft_ms + cost.target(2)) > 1.0 / cost.target(1)
+        # probes only where drafting can pay at all: with every draft accepted, some K beats the target alone
+        self.can_pay = k_max > 0 and cost.predicted_speedup(1.0, k_max)[0] > 1.0
 
     def expected_rate(self, k: int) -> float:
         """Expected tokens per millisecond when drafting ``k``."""
