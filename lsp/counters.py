@@ -15,4 +15,3 @@ class ServiceCounters:
     warm_errors: int = 0
     aheads: int = 0  # requests sent ahead after an accepted suggestion
     accepts: int = 0
-    context_retries: int = 0  # answers empty with repository context, asked again without it

@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specd.daemon.client import AsyncClient
-from specd.daemon.protocol import INVALID_PARAMS, METHOD_NOT_FOUND, REQUEST_CANCELLED, WARM_PARAMS
+from specd.daemon.protocol import METHOD_NOT_FOUND, REQUEST_CANCELLED, WARM_PARAMS
 from specd.requests import CompletionRequest
 from specd.lsp.autostart import DaemonSpawner
 from specd.lsp.backend import BackendUnavailable, Superseded
 from specd.lsp.shaping import request_params
 
 
-def warm_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:
+def warm_params(request: CompletionRequest, session: str) -> dict[str, Any]:
     """``warm``'s parameters: those of ``complete`` that shape the prompt, as the request has them."""
-    params = request_params(request, session, with_context)
+    params = request_params(request, session)
     return {k: v for k, v in params.items() if k in WARM_PARAMS}
 
 
@@ -32,7 +32,6 @@ class DaemonBackend:
         self.log = log
         self._client: AsyncClient | None = None
         self._connecting = asyncio.Lock()
-        self._context_ok = True  # an older daemon may refuse the ``context`` parameter
         self._warm_ok = True  # an older daemon has no ``warm`` method
 
     def describe(self) -> str:
@@ -68,13 +67,8 @@ class DaemonBackend:
 
     async def complete(self, request: CompletionRequest, session: str) -> str:
         client = await self._connected()
-        msg = await self._call(client, request_params(request, session, self._context_ok))
+        msg = await self._call(client, request_params(request, session))
         error = msg.get("error")
-        if error and error.get("code") == INVALID_PARAMS and (error.get("data") or {}).get("field") == "context":
-            self._context_ok = False
-            self.log("the daemon does not take repository context; sending requests without it")
-            msg = await self._call(client, request_params(request, session, False))
-            error = msg.get("error")
         if error:
             if error.get("code") == REQUEST_CANCELLED:
                 raise Superseded(error.get("message", "cancelled"))
@@ -85,7 +79,7 @@ class DaemonBackend:
         if not self._warm_ok:
             return 0
         client = await self._connected()
-        msg = await self._call(client, warm_params(request, session, self._context_ok), "warm")
+        msg = await self._call(client, warm_params(request, session), "warm")
         error = msg.get("error")
         if error:
             if error.get("code") == METHOD_NOT_FOUND:

@@ -2,8 +2,8 @@
 
 A document's :class:`PerDocument` is made on its first event and dropped whole when it closes
 (:meth:`DocumentStates.drop`), its work in flight stopped: a field added here is dropped with the
-rest, with nothing to remember in ``closed``. (What spans documents — recent edits, other files'
-frozen context, the shown-suggestion cache — lives in its own collaborator, forgotten there.)
+rest, with nothing to remember in ``closed``. (What spans documents — the shown-suggestion cache
+— lives in its own collaborator, forgotten there.)
 """
 
 from __future__ import annotations

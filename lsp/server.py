@@ -16,7 +16,6 @@ from urllib.parse import unquote
 from lsprotocol import types
 from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.uris import to_fs_path
 
 from specd.lsp.backend import Backend, BackendUnavailable
 from specd.lsp.documents import DocumentState
@@ -41,10 +40,7 @@ class WorkspaceDocuments:
         doc = self.server.workspace.text_documents.get(unquote(uri))
         if doc is None:
             return None
-        return DocumentState(uri, doc.version, doc.source, doc.language_id, to_fs_path(uri))
-
-    def root(self) -> str | None:
-        return self.server.workspace.root_path
+        return DocumentState(uri, doc.version, doc.source)
 
     def encoding(self) -> str:
         value = getattr(self.server.workspace.position_encoding, "value", self.server.workspace.position_encoding)
@@ -139,10 +135,10 @@ def build_server(backend: Backend, settings: LspSettings = LspSettings(),
         last = params.content_changes[-1] if params.content_changes else None
         if isinstance(last, types.TextDocumentContentChangePartial):
             start = last.range.start
-            ls.service.changed(params.text_document.uri, start.line,
+            ls.service.changed(params.text_document.uri,
                                end_of_insert(start.line, start.character, last.text, ls.service.documents.encoding()))
         else:
-            ls.service.changed(params.text_document.uri, 0)
+            ls.service.changed(params.text_document.uri)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: SpecdLanguageServer, params: types.DidCloseTextDocumentParams) -> None:
@@ -183,8 +179,8 @@ def end_of_insert(line: int, character: int, text: str, encoding: str) -> tuple[
 
 def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:
     """``initializationOptions`` or ``workspace/didChangeConfiguration`` settings (optionally under
-    ``"specd"``): ``{"maxTokens": int, "lineBudgetMs": number | null, "repoContext": bool, "debounce": bool,
-    "prewarm": bool, "requestAhead": bool}``; bad values are logged and ignored."""
+    ``"specd"``): ``{"maxTokens": int, "lineBudgetMs": number | null, "debounce": bool, "prewarm": bool,
+    "requestAhead": bool}``; bad values are logged and ignored."""
     if not isinstance(options, dict):
         return settings
     max_tokens = options.get("maxTokens")
@@ -212,7 +208,6 @@ def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings
 
 # boolean options: name -> how it changes the settings
 SWITCHES = {
-    "repoContext": lambda s, v: dataclasses.replace(s, repo_context=v),
     "debounce": lambda s, v: dataclasses.replace(s, debounce=dataclasses.replace(s.debounce, enabled=v)),
     "prewarm": lambda s, v: dataclasses.replace(s, prewarm=dataclasses.replace(s.prewarm, enabled=v)),
     "requestAhead": lambda s, v: dataclasses.replace(s, request_ahead=v),

@@ -25,7 +25,6 @@ from the injected ``clock`` (``timing.py``).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import os
 import time
 from dataclasses import dataclass
@@ -33,15 +32,14 @@ from typing import Callable
 
 from specd.requests import CompletionRequest
 from specd.lsp.backend import Backend, BackendUnavailable
-from specd.lsp.context import FrozenOthers, RecentEdits
 from specd.lsp.counters import ServiceCounters
 from specd.lsp.debounce import Debouncer
-from specd.lsp.documents import DocumentState, Documents
+from specd.lsp.documents import Documents
 from specd.lsp.per_document import DocumentStates, PerDocument
 from specd.lsp.postprocess import postprocess
 from specd.lsp.prewarm import Prewarmer
 from specd.lsp.settings import LspSettings
-from specd.lsp.shaping import completion_request, context_for, session_for
+from specd.lsp.shaping import completion_request, session_for
 from specd.lsp.shown import ShownSuggestions
 from specd.lsp.suggestion import Suggestion, suggestion_at
 from specd.lsp.timing import Clock, Sleep
@@ -70,9 +68,7 @@ class CompletionService:
         self.debug = debug or (lambda _m: None)
         self.clock = clock
         self.counters = ServiceCounters()
-        # spanning documents, each forgets a closed one itself
-        self.recent = RecentEdits()
-        self.frozen = FrozenOthers(clock)
+        # spanning documents: forgets a closed one itself
         self.shown = ShownSuggestions()
         # the features
         self.debounce = Debouncer(settings.debounce, clock, sleep)
@@ -90,7 +86,6 @@ class CompletionService:
 
     # -- document events ------------------------------------------------------------------------
     def opened(self, uri: str) -> None:
-        self.recent.touched(uri, 0)
         state = self._states.of(uri)
         prewarm = self.settings.prewarm
         if not (prewarm.enabled and prewarm.on_open):
@@ -101,9 +96,8 @@ class CompletionService:
         at = state.cursor or _open_position(doc.text, self.settings.window.prefix_lines)
         self._warm(uri, state, *at)
 
-    def changed(self, uri: str, line: int, cursor: tuple[int, int] | None = None) -> None:
-        """An edit at ``line``; ``cursor`` is where it left the cursor, when the change says."""
-        self.recent.touched(uri, line)
+    def changed(self, uri: str, cursor: tuple[int, int] | None = None) -> None:
+        """An edit; ``cursor`` is where it left the cursor, when the change says."""
         state = self._states.of(uri)
         state.inflight.supersede()  # its answer would be for an older version
         state.bump()
@@ -122,13 +116,11 @@ class CompletionService:
             self._arm_pause(uri, state)
 
     def closed(self, uri: str) -> None:
-        self.recent.closed(uri)
-        self.frozen.closed(uri)
         self.shown.forget(uri)
         self._states.drop(uri)
 
     # -- requests -------------------------------------------------------------------------------
-    def snapshot(self, uri: str, line: int, character: int) -> tuple[Snapshot, DocumentState] | None:
+    def snapshot(self, uri: str, line: int, character: int) -> Snapshot | None:
         doc = self.documents.get(uri)
         if doc is None:
             self.log(f"completion for a document that is not open: {uri}")
@@ -137,19 +129,15 @@ class CompletionService:
         if window is None:
             self.log(f"completion at {line}:{character}, outside {uri} (version {doc.version})")
             return None
-        return Snapshot(uri, doc.version, window), doc
+        return Snapshot(uri, doc.version, window)
 
-    def request_for(self, doc: DocumentState, window: Window) -> CompletionRequest:
-        return completion_request(window, self.context_for(doc), self.settings)
-
-    def context_for(self, doc: DocumentState) -> str:
-        return context_for(doc, self.documents, self.recent, self.settings, self.frozen)
+    def request_for(self, window: Window) -> CompletionRequest:
+        return completion_request(window, self.settings)
 
     async def suggest(self, uri: str, line: int, character: int) -> Suggestion | None:
-        taken = self.snapshot(uri, line, character)
-        if taken is None:
+        snap = self.snapshot(uri, line, character)
+        if snap is None:
             return None
-        snap, doc = taken
         w = snap.window
         state = self._states.of(uri)
         state.cursor = (line, character)
@@ -164,7 +152,7 @@ class CompletionService:
             if raw is not None:
                 self.counters.answered_ahead += 1
             else:
-                raw = await self._ask(uri, state, snap, doc, ticket)
+                raw = await self._ask(uri, state, snap, ticket)
                 if raw is None:
                     return None
             if self._states.get(uri) is state:  # not closed meanwhile
@@ -179,12 +167,11 @@ class CompletionService:
         state.ahead.show(w, text)
         return suggestion_at(w, text, self.documents.encoding())
 
-    async def _ask(self, uri: str, state: PerDocument, snap: Snapshot, doc: DocumentState,
-                   ticket: int) -> str | None:
+    async def _ask(self, uri: str, state: PerDocument, snap: Snapshot, ticket: int) -> str | None:
         """The backend's answer at ``snap``, after the debounce; None when a newer edit or
         request came while it waited, or when it was superseded."""
         w = snap.window
-        request = self.request_for(doc, w)
+        request = self.request_for(w)
         wait_ms = self.debounce.wait_ms(self.settings.debounce, w)
         if wait_ms > 0:
             if self.settings.prewarm.enabled:  # the prompt is computed while the request waits
@@ -193,17 +180,7 @@ class CompletionService:
             if state.ticket != ticket:
                 self.counters.debounced += 1
                 return None
-        raw = await self.debounce.timed(self._complete(uri, state, request, snap.version))
-        if raw is not None and request.context and not self._shows(raw, w):
-            # repository context must never turn a suggestion into nothing (seen: with it, the model
-            # answered whitespace where the file alone gave the next line): ask again without it
-            self.counters.context_retries += 1
-            raw = await self._complete(uri, state, dataclasses.replace(request, context=""), snap.version)
-        return raw
-
-    def _shows(self, raw: str, w: Window) -> bool:
-        """Whether ``raw`` leaves anything to show after post-processing at ``w``."""
-        return bool(postprocess(raw, w.line_prefix, w.line_suffix, w.suffix, self.settings.rules).strip())
+        return await self.debounce.timed(self._complete(uri, state, request, snap.version))
 
     async def _complete(self, uri: str, state: PerDocument, request: CompletionRequest,
                         version: int | None) -> str | None:
@@ -224,10 +201,9 @@ class CompletionService:
         """When the edit inserted the suggestion on screen: ask for the next one now."""
         if state.ahead.displayed is None:
             return False
-        taken = self.snapshot(uri, *cursor)
-        if taken is None:
+        snap = self.snapshot(uri, *cursor)
+        if snap is None:
             return False
-        snap, doc = taken
         w = snap.window
         if not state.ahead.accepted_at(w):
             return False
@@ -235,7 +211,7 @@ class CompletionService:
             return False  # the rest of the suggestion shown answers the next request
         self.counters.accepts += 1
         self.counters.aheads += 1
-        request = self.request_for(doc, w)
+        request = self.request_for(w)
         state.ahead.sent(w, asyncio.ensure_future(self._complete(uri, state, request, snap.version)))
         self.debug(f"accepted a suggestion in {uri}: the next one is asked for ahead")
         return True
@@ -257,12 +233,11 @@ class CompletionService:
         self._warm(uri, state, *at)
 
     def _warm(self, uri: str, state: PerDocument, line: int, character: int) -> None:
-        taken = self.snapshot(uri, line, character)
-        if taken is None:
+        snap = self.snapshot(uri, line, character)
+        if snap is None:
             return
-        snap, doc = taken
         if snap.window.prefix or snap.window.suffix:
-            self.prewarm.send(state.warm, uri, self.request_for(doc, snap.window), self._session(uri))
+            self.prewarm.send(state.warm, uri, self.request_for(snap.window), self._session(uri))
 
     async def close(self) -> None:
         self._states.drop_all()

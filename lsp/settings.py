@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specd.lsp.context import ContextLimits
 from specd.lsp.postprocess import Rules
 from specd.lsp.window import WindowLimits
 
@@ -51,11 +50,7 @@ class PrewarmSettings:
 class LspSettings:
     max_tokens: int = 64
     window: WindowLimits = field(default_factory=WindowLimits)
-    context: ContextLimits = field(default_factory=ContextLimits)
     rules: Rules = field(default_factory=Rules)
-    # recently edited open documents before the FIM block: opt-in (bench/RESULTS.md, session 8: no
-    # suggested line gained on the tasks measured, and its cold prompts were the editor bench's p95)
-    repo_context: bool = False
     debounce: DebounceSettings = field(default_factory=DebounceSettings)
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     request_ahead: bool = True  # after an accepted suggestion, ask for the next one at once

@@ -8,51 +8,28 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from pathlib import PurePosixPath
 from typing import Any
 
 from specd.requests import CompletionRequest
-from specd.lsp.context import FrozenOthers, OtherFile, RecentEdits, display_path, repo_context
-from specd.lsp.documents import DocumentState, Documents, TextDocuments
+from specd.lsp.documents import DocumentState, TextDocuments
 from specd.lsp.postprocess import is_mid_line, postprocess
 from specd.lsp.settings import LspSettings
 from specd.lsp.window import Window, cut_window
 
 
-def completion_request(window: Window, context: str, settings: LspSettings) -> CompletionRequest:
+def completion_request(window: Window, settings: LspSettings) -> CompletionRequest:
     """The request for a suggestion at ``window``: greedy, one line when the cursor is mid-line."""
     mid = settings.rules.single_line_mid_line and is_mid_line(window.line_suffix)
     return CompletionRequest(prefix=window.prefix, suffix=window.suffix, max_tokens=settings.max_tokens,
-                             temperature=0.0, stop=("\n",) if mid else (), context=context,
+                             temperature=0.0, stop=("\n",) if mid else (),
                              line_budget_ms=None if mid else settings.line_budget_ms)
 
 
-def context_for(doc: DocumentState, documents: Documents, recent: RecentEdits, settings: LspSettings,
-                frozen: FrozenOthers | None = None) -> str:
-    """Repository context: the recently edited other open documents, around their last edits (as
-    ``frozen`` last showed them to ``doc``, while their edits stay near)."""
-    if not settings.repo_context:
-        return ""
-    root = documents.root()
-    others: list[OtherFile] = []
-    for uri, line in recent.recent(doc.uri, settings.context.files):
-        other = documents.get(uri)
-        if other is not None:
-            text = other.text
-            if frozen is not None:
-                text, line = frozen.view(doc.uri, uri, text, line, settings.context)
-            others.append(OtherFile(display_path(other.path, root, other.language), text, line))
-    repo = PurePosixPath(root).name if root else "workspace"
-    return repo_context(repo, display_path(doc.path, root, doc.language), others, settings.context)
-
-
-def request_params(request: CompletionRequest, session: str, with_context: bool = True) -> dict[str, Any]:
+def request_params(request: CompletionRequest, session: str) -> dict[str, Any]:
     """The daemon's ``complete`` params for ``request`` in ``session``."""
     params = {k: v for k, v in dataclasses.asdict(request).items() if v is not None}
     params["stop"] = list(request.stop)
     params["session"] = session
-    if not with_context or not request.context:
-        params.pop("context", None)
     return params
 
 
@@ -63,25 +40,21 @@ def session_for(tag: str, uri: str) -> str:
 
 class RequestShaper:
     """The LSP server's request shaping without a server: what ``specd lsp`` would send to the
-    daemon (``complete`` params, the same window, context, session naming) and what it would show,
+    daemon (``complete`` params, the same window, session naming) and what it would show,
     for clients that talk to the socket themselves (the editor bench's socket path)."""
 
-    def __init__(self, settings: LspSettings = LspSettings(), root: str | None = None,
-                 encoding: str = "utf-16", session_tag: str = "shaper") -> None:
+    def __init__(self, settings: LspSettings = LspSettings(), encoding: str = "utf-16",
+                 session_tag: str = "shaper") -> None:
         self.settings = settings
-        self.documents = TextDocuments(root, encoding)
-        self.recent = RecentEdits()
-        self.frozen = FrozenOthers()
+        self.documents = TextDocuments(encoding)
         self.session_tag = session_tag
 
-    def open(self, uri: str, text: str, language: str, path: str | None = None) -> None:
-        self.documents.docs[uri] = DocumentState(uri, 1, text, language, path)
-        self.recent.touched(uri, 0)
+    def open(self, uri: str, text: str) -> None:
+        self.documents.docs[uri] = DocumentState(uri, 1, text)
 
-    def edit(self, uri: str, text: str, line: int) -> None:
+    def edit(self, uri: str, text: str) -> None:
         old = self.documents.docs[uri]
-        self.documents.docs[uri] = DocumentState(uri, (old.version or 0) + 1, text, old.language, old.path)
-        self.recent.touched(uri, line)
+        self.documents.docs[uri] = DocumentState(uri, (old.version or 0) + 1, text)
 
     def window(self, uri: str, line: int, character: int) -> Window | None:
         doc = self.documents.get(uri)
@@ -92,11 +65,9 @@ class RequestShaper:
     def params(self, uri: str, line: int, character: int) -> dict[str, Any] | None:
         """The ``complete`` params ``specd lsp`` would send here (None: nothing to complete)."""
         w = self.window(uri, line, character)
-        doc = self.documents.get(uri)
-        if w is None or doc is None or not (w.prefix or w.suffix):
+        if w is None or not (w.prefix or w.suffix):
             return None
-        context = context_for(doc, self.documents, self.recent, self.settings, self.frozen)
-        request = completion_request(w, context, self.settings)
+        request = completion_request(w, self.settings)
         return request_params(request, session_for(self.session_tag, uri))
 
     def display(self, raw: str, uri: str, line: int, character: int) -> str:

@@ -63,8 +63,6 @@ class CompletionRequest:
     mode: str = setting("spec", choices=MODES, help="spec (speculative) or target (the target alone)")
     k: int | None = setting(None, help="drafts per round (none: the engine's K setting)", flag=None)
     tree: bool | None = setting(None, help="token trees on or off (none: the engine's tree setting)", flag=None)
-    context: str = setting("", help="repository context before the FIM block (Qwen's repository format)",
-                           flag=None)
     line_budget_ms: float | None = setting(
         None, help="once the completion has generated this many ms, end it at the next line end (llama.vim's "
                    "t_max_predict_ms; 0: the first line only; none: no limit)", flag=None)
@@ -76,8 +74,6 @@ class CompletionRequest:
         ``max_len``); raises :class:`RequestError` naming the first field that does not."""
         if not isinstance(self.prefix, str) or not isinstance(self.suffix, str):
             raise RequestError("prefix", "prefix and suffix must be strings")
-        if not isinstance(self.context, str):
-            raise RequestError("context", "must be a string")
         if not self.prefix and not self.suffix:
             raise RequestError("prefix", "empty prompt: give a prefix or a suffix")
         if not _int(self.max_tokens) or not 1 <= self.max_tokens <= max_len:

@@ -61,6 +61,15 @@ def test_parse_message_and_complete_params() -> None:
     assert not note.has_id and rpc.parse_cancel(note.params) == 3
 
 
+@pytest.mark.parametrize("parse", [rpc.parse_complete, rpc.parse_warm])
+def test_repository_context_is_an_unknown_parameter(parse) -> None:
+    """``context`` (repository context, deleted: bench/HISTORY.md) is refused as any unknown name."""
+    with pytest.raises(rpc.RpcError) as e:
+        parse({"prefix": "x", "context": "<|repo_name|>r\n"})
+    assert e.value.code == rpc.INVALID_PARAMS and e.value.data == {"field": "context"}
+    assert "unknown parameter" in e.value.message
+
+
 @pytest.mark.parametrize("line, code", [
     (b"{", rpc.PARSE_ERROR), (b"\xc3\x28", rpc.PARSE_ERROR), (b"[" * 100_000, rpc.PARSE_ERROR),
     (b'{"jsonrpc":"2.0","id":1,"method":"health","x":1}', rpc.INVALID_REQUEST),

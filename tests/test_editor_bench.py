@@ -144,7 +144,7 @@ def _typing_against(server: _SlowInfill, keys: str):
 
     text = "def f():\n    \n"
     f = EditorFile("file:///bench/m.py", "m.py", "python", text, len(text) - 1, "")
-    driver = LlamaDriver(SimpleNamespace(url=server.url), RequestShaper(LspSettings(max_tokens=8), root="/bench"), 8)
+    driver = LlamaDriver(SimpleNamespace(url=server.url), RequestShaper(LspSettings(max_tokens=8)), 8)
 
     async def typing():
         await driver.open(f, text)

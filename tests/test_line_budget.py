@@ -88,6 +88,6 @@ def test_the_lsp_sends_its_budget_with_multi_line_requests_only() -> None:
     assert apply_options(settings, {"lineBudgetMs": -1}, warnings.append).line_budget_ms == 250 and warnings
     at_line_start = Window("def f():\n    ", "\n", "    ", "", 1, 4)
     mid_line = Window("def f():\n    x = g(", ")\n", "    x = g(", ")", 1, 10)
-    assert completion_request(at_line_start, "", settings).line_budget_ms == 250
-    req = completion_request(mid_line, "", settings)
+    assert completion_request(at_line_start, settings).line_budget_ms == 250
+    req = completion_request(mid_line, settings)
     assert req.line_budget_ms is None and req.stop == ("\n",)

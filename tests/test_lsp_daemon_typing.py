@@ -79,7 +79,7 @@ async def type_line(svc: CompletionService, docs: MemoryDocuments, fake: FakeTim
     for ch in TYPED:
         text += ch
         docs.put(uri, f"def f():\n{text}\n")
-        svc.changed(uri, 1, (1, len(text)))
+        svc.changed(uri, (1, len(text)))
         req = asyncio.ensure_future(svc.suggest(uri, 1, len(text)))
         if wait_each:
             await fake.run(req)
@@ -106,7 +106,7 @@ async def reached_when_ended(daemon: ServeProcess, before: dict, sent: int) -> i
 
 async def test_fast_typing_sends_fewer_completions_to_the_daemon_than_slow_typing(daemon: ServeProcess) -> None:
     fake = FakeTime()
-    docs = MemoryDocuments(root="/work/proj")
+    docs = MemoryDocuments()
     logs: list[str] = []
     settings = apply_options(LspSettings(), {"maxTokens": 4, "prewarm": False, "requestAhead": False}, logs.append)
     svc = CompletionService(DaemonBackend(daemon.socket, None, logs.append), docs, settings, logs.append,

@@ -1,13 +1,12 @@
 """What the completion service keeps per document goes when the document closes: its state object,
 its work in flight (completion, request sent ahead, warm, pause timer), and its entries in what
-spans documents (recent edits, other files' frozen context, the shown-suggestion cache). A scripted
-backend and a fake clock (``tests/fake_time.py``)."""
+spans documents (the shown-suggestion cache). A scripted backend and a fake clock
+(``tests/fake_time.py``)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from specd.lsp.context import ContextLimits
 from specd.lsp.counters import ServiceCounters
 from specd.lsp.per_document import DocumentStates
 from specd.lsp.prewarm import Prewarmer
@@ -27,7 +26,7 @@ UTIL = "def helper(x):\n    return x + 1\n"
 
 def service(fake: FakeTime, backend: Scripted) -> tuple[CompletionService, MemoryDocuments]:
     docs = MemoryDocuments()
-    settings = LspSettings(max_tokens=16, repo_context=True, debounce=DebounceSettings(enabled=False),
+    settings = LspSettings(max_tokens=16, debounce=DebounceSettings(enabled=False),
                            prewarm=PrewarmSettings(pause_ms=40.0))
     return CompletionService(backend, docs, settings, [].append, clock=fake.clock, sleep=fake.sleep), docs
 
@@ -38,7 +37,7 @@ def edit(docs: MemoryDocuments, svc: CompletionService, uri: str, text: str, lin
     lines[line] = lines[line][:col] + ch + lines[line][col:]
     new = "\n".join(lines)
     docs.put(uri, new)
-    svc.changed(uri, line, (line, col + len(ch)))
+    svc.changed(uri, (line, col + len(ch)))
     return new
 
 
@@ -54,10 +53,10 @@ async def test_closing_a_document_drops_all_it_kept_and_stops_its_work() -> None
     svc.opened(OTHER)
     docs.put(URI, DOC)
     svc.opened(URI)
-    svc.changed(OTHER, 1, (1, 4))  # OTHER is in URI's repository context
+    svc.changed(OTHER, (1, 4))
     shown = await fake.run(svc.suggest(URI, 1, 4))
     assert shown is not None and shown.text == "return n"
-    await fake.run(svc.suggest(OTHER, 1, 4))  # URI is in OTHER's context: a frozen view of it
+    await fake.run(svc.suggest(OTHER, 1, 4))
     await fake.advance(1.0)  # the pause timers so far fired
     assert others_running() == set()
     accepted = edit(docs, svc, URI, DOC, 1, 4, shown.text)  # accepted: the next one is asked for ahead
@@ -69,8 +68,6 @@ async def test_closing_a_document_drops_all_it_kept_and_stops_its_work() -> None
     await fake.settle()
     assert len(backend.completes) == requests + 1  # a completion in flight
     assert svc.tracked() == {URI, OTHER} and others_running()
-    limits = ContextLimits()
-    assert svc.frozen.view(OTHER, URI, "changed", 1, limits) != ("changed", 1)  # frozen while URI is open
 
     docs.close(URI)
     svc.closed(URI)
@@ -83,8 +80,6 @@ async def test_closing_a_document_drops_all_it_kept_and_stops_its_work() -> None
     assert len(backend.completes) == requests + 1  # nothing sent for it after the close
     w = cut_window(typed + "n", 1, 13, "utf-16", svc.settings.window)
     assert w is not None and svc.shown.along(URI, w) is None
-    assert all(uri != URI for uri, _ in svc.recent.recent(OTHER, 10))
-    assert svc.frozen.view(OTHER, URI, "changed", 1, limits) == ("changed", 1)
 
 
 async def test_a_reopened_document_starts_afresh() -> None:
@@ -104,7 +99,7 @@ async def test_a_reopened_document_starts_afresh() -> None:
     end = DOC.count("\n")
     w = cut_window(DOC, end, 1 << 30, "utf-16", svc.settings.window)
     assert w is not None
-    assert backend.warms[-1] == completion_request(w, svc.context_for(docs.docs[URI]), svc.settings)
+    assert backend.warms[-1] == completion_request(w, svc.settings)
 
 
 async def test_dropping_a_state_stops_its_timer_and_forgets_it() -> None:

@@ -36,7 +36,7 @@ def service(backend: Scripted, fake: FakeTime, debounce: bool = False,
             **prewarm: object) -> tuple[CompletionService, Docs, list[str]]:
     docs = Docs()
     logs: list[str] = []
-    settings = LspSettings(max_tokens=16, repo_context=False, debounce=DebounceSettings(enabled=debounce),
+    settings = LspSettings(max_tokens=16, debounce=DebounceSettings(enabled=debounce),
                            prewarm=PrewarmSettings(**{"pause_ms": PAUSE_MS, **prewarm}))
     return CompletionService(backend, docs, settings, logs.append, clock=fake.clock, sleep=fake.sleep), docs, logs
 
@@ -44,7 +44,7 @@ def service(backend: Scripted, fake: FakeTime, debounce: bool = False,
 def request_at(svc: CompletionService, text: str, line: int, character: int) -> CompletionRequest:
     w = cut_window(text, line, character, "utf-16", svc.settings.window)
     assert w is not None
-    return completion_request(w, "", svc.settings)
+    return completion_request(w, svc.settings)
 
 
 def type_at(docs: Docs, svc: CompletionService, text: str, line: int, col: int, ch: str) -> str:
@@ -52,7 +52,7 @@ def type_at(docs: Docs, svc: CompletionService, text: str, line: int, col: int, 
     lines[line] = lines[line][:col] + ch + lines[line][col:]
     new = "\n".join(lines)
     docs.put(URI, new)
-    svc.changed(URI, line, (line, col + len(ch)))
+    svc.changed(URI, (line, col + len(ch)))
     return new
 
 
@@ -186,30 +186,10 @@ def test_the_switches_are_editor_options(options, attr, value) -> None:
     assert apply_options(LspSettings(), {"prewarm": "yes"}, warnings.append) == LspSettings() and warnings
 
 
-async def test_context_never_turns_a_suggestion_into_nothing(fake: FakeTime) -> None:
-    """An answer that is empty after post-processing while the request carried repository context
-    is asked again without the context, and that answer is shown."""
-    backend = Scripted(["   \n", "return n"], fake.sleep)
-    docs = Docs()
-    settings = LspSettings(max_tokens=16, repo_context=True, debounce=DebounceSettings(enabled=False),
-                           prewarm=PrewarmSettings(enabled=False))
-    svc = CompletionService(backend, docs, settings, [].append, clock=fake.clock, sleep=fake.sleep)
-    other = "file:///proj/util.py"
-    docs.put(other, "def helper(x):\n    return x + 1\n")
-    svc.opened(other)
-    svc.changed(other, 1, (1, 4))
-    docs.put(URI, DOC)
-    svc.opened(URI)
-    got = await fake.run(svc.suggest(URI, 1, 4))
-    assert [bool(r.context) for r in backend.completes] == [True, False]
-    assert got is not None and got.text == "return n"
-    assert svc.counters.context_retries == 1
-
-
-async def test_an_empty_answer_without_context_is_not_asked_again(fake: FakeTime) -> None:
+async def test_an_empty_answer_is_not_asked_again(fake: FakeTime) -> None:
     backend = Scripted(["   \n", "return n"], fake.sleep)
     svc, docs, _ = service(backend, fake, enabled=False)
     docs.put(URI, DOC)
     svc.opened(URI)
     assert await fake.run(svc.suggest(URI, 1, 4)) is None
-    assert len(backend.completes) == 1 and svc.counters.context_retries == 0
+    assert len(backend.completes) == 1

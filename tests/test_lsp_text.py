@@ -1,10 +1,9 @@
-"""Pure parts of the LSP frontend: positions in each encoding, windows, repository context."""
+"""Pure parts of the LSP frontend: positions in each encoding, windows."""
 
 from __future__ import annotations
 
 import pytest
 
-from specd.lsp.context import ContextLimits, OtherFile, RecentEdits, display_path, repo_context, snippet
 from specd.lsp.positions import UTF8, UTF16, UTF32, column_to_index, index_to_column, line_start
 from specd.lsp.window import WindowLimits, cut_window
 
@@ -55,40 +54,6 @@ def test_windows_are_bounded_and_cut_at_line_boundaries() -> None:
     assert len(w.prefix) <= 500 and w.prefix.count("\n") <= 20 and w.prefix.startswith("line ")
     assert w.prefix.endswith("line 4999\nlin")
     assert len(w.suffix) <= 300 and w.suffix.endswith("\n") and w.suffix.count("\n") <= 6
-
-
-def test_recent_edits_order_and_close() -> None:
-    r = RecentEdits()
-    r.touched("a", 1)
-    r.touched("b", 2)
-    r.touched("a", 3)
-    r.touched("c")
-    r.closed("c")
-    assert r.recent(exclude="x", limit=5) == [("a", 3), ("b", 2)]
-    assert r.recent(exclude="a", limit=5) == [("b", 2)]
-
-
-def test_repo_context_format_budget_and_marker_text() -> None:
-    others = [OtherFile("src/new.py", "def new():\n    pass\n", 0),
-              OtherFile("src/old.py", "x = '<|file_sep|>'\n", 0)]
-    ctx = repo_context("proj", "src/main.py", others, ContextLimits())
-    assert ctx == ("<|repo_name|>proj\n<|file_sep|>src/old.py\nx = '<\u200b|file_sep|>'\n"
-                   "<|file_sep|>src/new.py\ndef new():\n    pass\n<|file_sep|>src/main.py\n")
-    big = [OtherFile(f"f{i}.py", "y = 1\n" * 1000, 500) for i in range(5)]
-    small = repo_context("p", "m.py", big, ContextLimits(total_chars=2000, per_file_chars=700, files=4))
-    assert len(small) <= 2000 + 100 and small.count("<|file_sep|>") <= 5
-
-
-def test_snippet_is_around_the_edit_and_whole_lines() -> None:
-    text = "".join(f"row {i}\n" for i in range(1000))
-    s = snippet(text, 600, 200)
-    assert "row 600\n" in s and s.startswith("row ") and s.endswith("\n") and len(s) <= 200
-
-
-def test_display_paths() -> None:
-    assert display_path("/w/p/src/a.py", "/w/p", "python") == "src/a.py"
-    assert display_path("/elsewhere/b.rs", "/w/p", "rust") == "/elsewhere/b.rs"
-    assert display_path(None, "/w/p", "rust") == "untitled.rs"
 
 
 def test_prefix_window_start_holds_while_typing() -> None:

@@ -9,7 +9,7 @@ from specd.models.tokenizer import Tokenizer
 from specd.requests import CompletionRequest
 from tests.tiny import tiny_engine, tiny_tokenizer
 
-WINDOWS = PromptWindows(max_prefix_tokens=200, max_suffix_tokens=32, max_context_tokens=100)
+WINDOWS = PromptWindows(max_prefix_tokens=200, max_suffix_tokens=32)
 
 
 class CountingTokenizer(Tokenizer):
@@ -32,13 +32,13 @@ def test_an_enormous_document_is_encoded_only_around_the_cursor() -> None:
     tok = CountingTokenizer()
     builder = PromptBuilder(tok, WINDOWS)
     longest = max(len(t) for t in tok.vocab())
-    bound = 4 * max(WINDOWS.max_prefix_tokens, WINDOWS.max_context_tokens) * longest
+    bound = 4 * WINDOWS.max_prefix_tokens * longest
     for lines in (2_000, 200_000):  # ~60 kB, ~7 MB
         doc = document(lines)
         tok.encoded.clear()
-        prompt = builder.build(doc, doc, doc)
+        prompt = builder.build(doc, doc)
         assert max(tok.encoded) <= bound  # the same bound for 60 kB and 7 MB
-        assert len(prompt) <= 3 + sum((WINDOWS.max_prefix_tokens, WINDOWS.max_suffix_tokens, WINDOWS.max_context_tokens))
+        assert len(prompt) <= 3 + WINDOWS.max_prefix_tokens + WINDOWS.max_suffix_tokens
 
 
 def test_the_window_of_an_enormous_document_holds_while_typing() -> None:
@@ -53,9 +53,9 @@ def test_the_window_of_an_enormous_document_holds_while_typing() -> None:
 def test_a_warm_and_a_completion_of_an_enormous_document_cache_one_window() -> None:
     engine = tiny_engine(k=2, windows=WINDOWS)
     doc = document(200_000)
-    tokens = engine.warm(CompletionRequest(doc, doc, context=doc))
-    assert tokens <= 3 + 200 + 32 + 100
-    done = engine.complete(CompletionRequest(doc, doc, context=doc, max_tokens=4))
+    tokens = engine.warm(CompletionRequest(doc, doc))
+    assert tokens <= 3 + 200 + 32
+    done = engine.complete(CompletionRequest(doc, doc, max_tokens=4))
     assert done.stats.prefill_reused == tokens
     memory = engine.memory()
     per_token = engine.target.kv_bytes_per_token() + engine.draft.kv_bytes_per_token()

@@ -14,7 +14,6 @@ import pytest
 from specd.bench.quality import accepted_chars, edit_similarity, levenshtein, score_answer
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path
 from specd.cli import main
-from specd.cli.bench_quality import lsp_context, sibling_context, task_repo
 from specd.lsp.postprocess import postprocess
 from tests.tiny import save_tiny_model
 
@@ -76,28 +75,6 @@ def test_an_answer_is_scored_raw_and_as_the_lsp_shows_it() -> None:
     shown = score_answer(mid, " + b  # sum\nx = 1", postprocess)
     assert shown["raw"]["exact"] is False  # the raw first line repeats the rest of the line
     assert shown["shown"]["exact"] and shown["cut"] and shown["cut"]["lost_right"] is False
-
-
-def test_the_lsp_context_names_the_file(tasks) -> None:
-    t = next(t for t in tasks if t.package.startswith("npm:@"))
-    assert task_repo(t) == t.package.split("@")[1].split("/")[-1]
-    assert task_repo(_task(package="sdist:brotli==1.1.0")) == "brotli"
-    assert lsp_context(t) == f"<|repo_name|>{task_repo(t)}\n<|file_sep|>{t.file}\n"
-
-
-def test_repo_context_takes_other_files_of_the_sites_package(tasks) -> None:
-    """--repo-context: as specd lsp --repo-context would send it, with other files of the site's
-    package (same split) as the recently edited documents, never the site's own file."""
-    dev = [t for t in tasks if t.split == "dev"]
-    context = sibling_context(dev)
-    t = next(t for t in dev if t.language == "python")
-    text = context(t)
-    siblings = {o.file for o in dev if o.package == t.package and o.file != t.file}
-    shown = [line.removeprefix("<|file_sep|>") for line in text.splitlines() if line.startswith("<|file_sep|>")]
-    assert text.startswith(f"<|repo_name|>{task_repo(t)}\n")
-    assert shown[-1] == t.file and 1 <= len(shown) - 1 <= 4  # the other files, then the site's own header
-    assert set(shown[:-1]) <= siblings and len(set(shown[:-1])) == len(shown) - 1
-    assert context(t) == text  # the same context every time: the daemon's prefix cache can keep it
 
 
 def _short_tasks(tasks: list[Task], path: Path, n_per_kind: int = 1) -> Path:

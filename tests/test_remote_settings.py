@@ -12,7 +12,6 @@ from specd.cli.flags import add_daemon_flags
 from specd.daemon.config import daemon_config
 from specd.remote.config import RemoteConfig, Secret
 from specd.remote.http import error_message
-from specd.remote.prompt import context_files
 from specd.remote.spec import parse_backend
 from specd.schema import ConfigError, flag_values
 from specd.daemon.config import DaemonConfig
@@ -59,15 +58,6 @@ def test_error_bodies_give_the_servers_message() -> None:
     assert error_message('{"detail": "Not authenticated"}') == "Not authenticated"
     assert error_message('{"object": "error", "message": "suffix is not supported"}') == "suffix is not supported"
     assert error_message("<html>502 Bad Gateway</html>") == "<html>502 Bad Gateway</html>"
-
-
-def test_repository_context_becomes_infill_files() -> None:
-    context = ("<|repo_name|>proj\n<|file_sep|>src/a.py\nimport os\nA = 1\n"
-               "<|file_sep|>src/b.py\ndef b():\n    pass\n<|file_sep|>src/cur.py\n")
-    assert context_files(context) == [{"filename": "src/a.py", "text": "import os\nA = 1\n"},
-                                      {"filename": "src/b.py", "text": "def b():\n    pass\n"}]
-    assert context_files("tail of a cut file\n<|file_sep|>x.py\nX = 1\n") == [{"filename": "x.py", "text": "X = 1\n"}]
-    assert context_files("") == []
 
 
 def test_remote_config_defaults_to_local() -> None:

@@ -114,8 +114,8 @@ def test_bad_flag_values_are_refused_by_argparse(capsys) -> None:
 def test_the_daemon_takes_every_request_field() -> None:
     fields = {f.name for f in dataclasses.fields(CompletionRequest)}
     assert fields | {"stream", "session"} == set(rpc._COMPLETE_TYPES)
-    p = rpc.parse_complete({"prefix": "x", "tree": True, "context": "<|repo_name|>r\n", "k": 2, "stop": "\n"})
-    assert (p.request.tree, p.request.context, p.request.k, p.request.stop) == (True, "<|repo_name|>r\n", 2, ("\n",))
+    p = rpc.parse_complete({"prefix": "x", "tree": True, "line_budget_ms": 250, "k": 2, "stop": "\n"})
+    assert (p.request.tree, p.request.line_budget_ms, p.request.k, p.request.stop) == (True, 250, 2, ("\n",))
     with pytest.raises(rpc.RpcError) as e:
         rpc.parse_complete({"prefix": "x", "tree": "yes"})
     assert e.value.data == {"field": "tree"} and "a boolean or null" in e.value.message

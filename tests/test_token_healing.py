@@ -115,7 +115,7 @@ def test_which_endings_are_healed(prefix: str, whitespace: str, prefix_rule: str
     prompts = PromptBuilder(TOK)
     for mode, want in (("whitespace", whitespace), ("prefix", prefix_rule)):
         healer = Healer(TOK, mode, prompts.stop_ids)
-        healed, removed = prompts.build_healed(prefix, "\n}", "", healer.cut)
+        healed, removed = prompts.build_healed(prefix, "\n}", healer.cut)
         assert TOK.decode(removed) == want, mode
         full = prompts.build(prefix, "\n}")
         assert prompts.build_healed(prefix, "\n}")[0] == full  # no heal: the plain prompt

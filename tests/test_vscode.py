@@ -220,8 +220,7 @@ def test_vscode_ghost_text_accepted_with_tab(vsix: str, tmp_path: Path) -> None:
         # 1. the tiny model's suggestion, as `specd lsp` gives it for the same text, accepted whole
         expected = inline_suggestion([sys.executable, str(HERE / "lsp_tiny.py"), "--in-process"], fib,
                                      phase_local["before"], {"maxTokens": MAX_TOKENS, "prewarm": True,
-                                                             "debounce": True, "repoContext": False,
-                                                             "requestAhead": True})
+                                                             "debounce": True, "requestAhead": True})
         assert expected, f"specd lsp suggests nothing at the end of {phase_local['before']!r}"
         assert "".join(phase_local["ghost"]).strip(), context
         assert phase_local["saved"] == phase_local["before"] + expected, context

@@ -46,9 +46,9 @@ LLAMA_THREADS = 2  # llama.vscode's CPU setting (-t 2)
 class Shaper(Protocol):
     """What ``specd lsp`` would send and show (``specd.lsp.shaping.RequestShaper``)."""
 
-    def open(self, uri: str, text: str, language: str, path: str | None = None) -> None: ...
+    def open(self, uri: str, text: str) -> None: ...
 
-    def edit(self, uri: str, text: str, line: int) -> None: ...
+    def edit(self, uri: str, text: str) -> None: ...
 
     def window(self, uri: str, line: int, character: int) -> Any: ...
 
@@ -132,10 +132,10 @@ class SocketDriver:
         self.client, self.shaper = client, shaper
 
     async def open(self, f: EditorFile, text: str) -> None:
-        self.shaper.open(f.uri, text, f.language, "/bench/" + f.path)
+        self.shaper.open(f.uri, text)
 
     async def change(self, f, start, end, insert, new_text) -> None:
-        self.shaper.edit(f.uri, new_text, start[0])
+        self.shaper.edit(f.uri, new_text)
 
     def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]:
         return asyncio.ensure_future(self._ask(f, at))
@@ -231,10 +231,10 @@ class LlamaDriver:
         self._newest = 0  # the newest key's number
 
     async def open(self, f: EditorFile, text: str) -> None:
-        self.shaper.open(f.uri, text, f.language, "/bench/" + f.path)
+        self.shaper.open(f.uri, text)
 
     async def change(self, f, start, end, insert, new_text) -> None:
-        self.shaper.edit(f.uri, new_text, start[0])
+        self.shaper.edit(f.uri, new_text)
 
     def ask(self, f: EditorFile, text: str, at: tuple[int, int]) -> asyncio.Task[Answer]:
         self._newest += 1
@@ -276,7 +276,7 @@ class LlamaDriver:
         body = infill_body(w.prefix[:cut], w.suffix, self.max_tokens, cache_prompt=True,
                            t_max_predict_ms=T_MAX_PREDICT_MS,
                            extra={"prompt": line, "n_indent": len(line) - len(line.lstrip(" \t")),
-                                  "input_extra": [], "stop": params.get("stop") or []})
+                                  "stop": params.get("stop") or []})
         self._busy = True
         self.requests += 1
         try:

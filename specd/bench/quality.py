@@ -130,7 +130,6 @@ class QualityBench:
     socket: Path | None = None
     llama: Any = None  # a started specd.bench.llamacpp_bin.LlamaServer when "llama-server" is in systems
     post: PostProcess = lambda raw, before, after, suffix: raw  # what the editor shows of an answer
-    context: Callable[[Task], str] | None = None  # the request's context for a task, as specd lsp sends it
     log_dir: Path | None = None
     log: Callable[[str], None] | None = None
 
@@ -160,19 +159,17 @@ def stop_for(task: Task) -> list[str]:
     return ["\n"] if task.cursor == "mid_line" else []
 
 
-def specd_params(task: Task, max_tokens: int, context: Callable[[Task], str] | None) -> dict[str, Any]:
+def specd_params(task: Task, max_tokens: int) -> dict[str, Any]:
     params: dict[str, Any] = {"prefix": task.prefix, "suffix": task.suffix, "max_tokens": max_tokens,
                               "temperature": 0.0}
     if stop_for(task):
         params["stop"] = stop_for(task)
-    if context is not None and (text := context(task)):
-        params["context"] = text
     return params
 
 
 async def _specd(client: DaemonClient, task: Task, bench: QualityBench) -> dict[str, Any]:
     t0 = time.perf_counter()
-    msg = await request(client, "complete", specd_params(task, bench.max_tokens, bench.context))
+    msg = await request(client, "complete", specd_params(task, bench.max_tokens))
     wall = (time.perf_counter() - t0) * 1000.0
     if "error" in msg:
         raise BenchError(f"the daemon refused a completion for {task.id}: {msg['error'].get('message')}")
@@ -210,7 +207,7 @@ async def run_quality(bench: QualityBench) -> dict[str, Any]:
                 answers.append({"task": task.id, "language": task.language, "kind": task.kind,
                                 "system": system, **a, **score_answer(task, a["text"], bench.post)})
     return {"scenario": "quality", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
-            "context": bench.context is not None, "systems": list(bench.systems),
+            "systems": list(bench.systems),
             "tasks": [t.id for t in bench.tasks], "answers": answers, "summary": summarize(answers)}
 
 

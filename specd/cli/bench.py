@@ -68,12 +68,6 @@ def register(subparsers: Any) -> None:
                    help="quality scenario: comma-separated among specd, llama-server (default: both)")
     b.add_argument("--per-kind", type=int, default=0, metavar="N",
                    help="quality scenario: the first N tasks of each language and cursor kind (0, default: all)")
-    b.add_argument("--file-header", action="store_true",
-                   help="quality scenario: send specd the repository header (repository and file names in Qwen's "
-                        "repository format) as context; specd lsp does not (it did not pay on the dev split)")
-    b.add_argument("--repo-context", action="store_true",
-                   help="quality scenario: send specd repository context as specd lsp --repo-context does, the "
-                        "other files of each site's package (same split) standing for the recently edited documents")
     b.add_argument("--editor-preset", choices=["quick", "short", "full"], default=None,
                    help="editor scenario: keys per file visit and pauses (default full; --quick: quick)")
     b.add_argument("--paths", default=None,

@@ -43,7 +43,7 @@ def editor_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespace
     flags = engine_argv(args) + flag_argv(args, RemoteConfig)  # --backend ...: the daemon serves from a remote server
     bench = EditorBench(
         files=files, keys=tuple(script(len(files), preset)), preset=preset,
-        shaper=lambda n: RequestShaper(LspSettings(max_tokens=n), root="/bench"),
+        shaper=lambda n: RequestShaper(LspSettings(max_tokens=n)),
         serve_argv=lambda sock: [sys.executable, "-m", "specd", "serve", "--socket", str(sock), *flags],
         lsp_argv=lambda sock: [sys.executable, "-m", "specd", "lsp", "--socket", str(sock), "--no-autostart",
                                "--max-tokens", str(preset.max_tokens)],

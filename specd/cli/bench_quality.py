@@ -1,5 +1,5 @@
 """``specd bench --scenario quality``: the command's side of ``specd.bench.quality`` (it composes the
-bench with the LSP's post-processing and request context, which the bench itself does not import)."""
+bench with the LSP's post-processing, which the bench itself does not import)."""
 
 from __future__ import annotations
 
@@ -11,50 +11,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from specd.bench.errors import BenchError
-from specd.bench.tasks import Task, load_tasks, quality_tasks_path, select_tasks
-from specd.lsp.context import ContextLimits, OtherFile, file_header, repo_context
+from specd.bench.tasks import load_tasks, quality_tasks_path, select_tasks
 from specd.lsp.postprocess import postprocess
-from specd.lsp.settings import LspSettings
-
-
-def task_repo(task: Task) -> str:
-    """A repository name for a task's source: its package's name without the version."""
-    name = task.package.split(":", 1)[-1]
-    if "==" in name:
-        name = name.split("==")[0]
-    elif name.count("@") > name.startswith("@"):
-        name = name.rsplit("@", 1)[0]
-    return name.strip("/").split("/")[-1] or "workspace"
-
-
-def lsp_context(task: Task) -> str:
-    """The repository header alone for a task's file (``--file-header``; specd lsp sends it only with
-    repository context on, before other files)."""
-    return file_header(task_repo(task), task.file)
-
-
-def sibling_context(pool: list[Task], limits: ContextLimits = LspSettings().context) -> Callable[[Task], str]:
-    """Repository context as ``specd lsp --repo-context`` builds it (``repo_context``, the LSP's
-    limits), for a quality site: up to ``limits.files`` other files of the site's package, from
-    ``pool`` (its split), stand for the recently edited documents, each around its own site (its
-    text: that site's window of its file). Never the site's own file."""
-    by_package: dict[str, list[Task]] = {}
-    for t in pool:
-        by_package.setdefault(t.package, []).append(t)
-
-    def context(task: Task) -> str:
-        others: list[OtherFile] = []
-        files = {task.file}
-        for t in by_package.get(task.package, []):
-            if t.file in files:
-                continue
-            files.add(t.file)
-            others.append(OtherFile(t.file, t.prefix + t.expected + t.suffix, t.prefix.count("\n")))
-            if len(others) == limits.files:
-                break
-        return repo_context(task_repo(task), task.file, others, limits)
-
-    return context
 
 
 def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespace], Path]) -> int:
@@ -73,7 +31,6 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
         tasks = [t for t in tasks if t.split == split]
         if not tasks:
             raise BenchError(f"{path} has no {split!r} tasks")
-    pool = list(tasks)  # the split's sites: where --repo-context takes other files from
     tasks = select_tasks(tasks, args.tasks)
     if args.per_kind > 0:
         tasks = quality.first_per_kind(tasks, args.per_kind)
@@ -103,7 +60,6 @@ def quality_bench(args: argparse.Namespace, out_dir: Callable[[argparse.Namespac
             tasks=tuple(tasks), connect=AsyncClient.connect, systems=systems,
             max_tokens=args.max_tokens if args.max_tokens is not None else 48,
             serve_argv=serve, socket=args.socket, llama=server, post=postprocess,
-            context=sibling_context(pool) if args.repo_context else lsp_context if args.file_header else None,
             log_dir=out, log=say)
 
     if llama is None:

@@ -30,8 +30,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--line-budget-ms", type=float, default=LspSettings.line_budget_ms, metavar="MS",
                    help="end a multi-line suggestion at the first line end after MS ms of generation "
                         "(llama.vim's t_max_predict_ms; 0: one line; default: %(default)s)")
-    p.add_argument("--repo-context", action=argparse.BooleanOptionalAction, default=LspSettings.repo_context,
-                   help="send recently edited open documents as repository context (default: off)")
     p.add_argument("--max-message-bytes", type=int, default=None, metavar="N",
                    help="largest message body read; larger ones are skipped (default: 64 MiB)")
     p.add_argument("--log-file", type=Path, help="write the server's log here (default: stderr)")
@@ -71,8 +69,7 @@ def cmd_lsp(args: argparse.Namespace) -> int:
         raise SystemExit("specd: error: --max-message-bytes must be at least 1")
     if args.line_budget_ms is not None and args.line_budget_ms < 0:
         raise SystemExit("specd: error: --line-budget-ms must be >= 0")
-    settings = LspSettings(max_tokens=args.max_tokens, repo_context=args.repo_context,
-                           line_budget_ms=args.line_budget_ms)
+    settings = LspSettings(max_tokens=args.max_tokens, line_budget_ms=args.line_budget_ms)
     holder: list[Any] = []
     backend = make_backend(args, lambda m: holder[0].log_info(m) if holder else None)
     server = build_server(backend, settings, args.max_message_bytes or MAX_MESSAGE_BYTES)

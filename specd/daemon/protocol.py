@@ -166,7 +166,7 @@ def parse_complete(params: dict[str, Any]) -> CompleteParams:
     return CompleteParams(request, bool(params.get("stream", False)), session)
 
 
-WARM_PARAMS = ("prefix", "suffix", "context", "session")  # the ``complete`` params that shape the prompt
+WARM_PARAMS = ("prefix", "suffix", "session")  # the ``complete`` params that shape the prompt
 
 
 def parse_warm(params: dict[str, Any]) -> CompleteParams:

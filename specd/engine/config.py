@@ -79,7 +79,6 @@ class PromptWindows:
     # trade-off against completion quality is measured in bench/HISTORY.md, "keystrokes").
     max_suffix_tokens: int = setting(32, check=_positive,
                                      help="suffix window: tokens after the cursor (each keystroke recomputes them)")
-    max_context_tokens: int = setting(1024, check=_positive, help="repository context window, in tokens")
 
 
 @dataclass(frozen=True)

@@ -71,14 +71,14 @@ def make_prefix_cache(config: EngineConfig, models: list[CausalLM]) -> PrefixCac
     if config.prefix_cache_mb == 0:
         return None
     w, b = config.windows, config.prefix_block_tokens
-    longest = min(config.max_len, w.max_prefix_tokens + w.max_suffix_tokens + w.max_context_tokens + FIM_TOKENS)
+    longest = min(config.max_len, w.max_prefix_tokens + w.max_suffix_tokens + FIM_TOKENS)
     per_token = sum(m.kv_bytes_per_token() for m in models)
     need = block_bytes(per_token, longest, b)
     budget = config.prefix_cache_mb << 20
     if budget < need:
         raise ConfigError(
             f"engine.prefix_cache_mb: {config.prefix_cache_mb} MB cannot hold one longest prompt "
-            f"({longest} tokens: the prefix, suffix and context windows, at most max_len) at {per_token} bytes "
+            f"({longest} tokens: the prefix and suffix windows, at most max_len) at {per_token} bytes "
             f"of KV per token "
             f"(both models): set it to at least {-(-need // (1 << 20))}, or 0 to turn the prefix cache off"
         )
@@ -280,7 +280,7 @@ class Engine:
 
     def _build(self, request: CompletionRequest) -> tuple[list[int], list[int]]:
         """The request's prompt and the tokens token healing took out of its end (none when off)."""
-        return self.prompts.build_healed(request.prefix, request.suffix, request.context,
+        return self.prompts.build_healed(request.prefix, request.suffix,
                                          self._healer.cut if self._healer is not None else None)
 
     def _prefill_locked(self, prompt: list[int], with_draft: bool, between_chunks: Callable[[], None]) -> int:

@@ -20,8 +20,7 @@ Which endings are healed (``token_healing``):
 
 One token is taken out, never more: the token before it ends on a boundary the tokenizer itself
 chose inside the prefix's text, which is where the model saw tokens end. "The text before the
-cursor" is the prefix's tokens, or the plain prompt's text (a tokenizer without FIM tokens);
-repository context is never touched.
+cursor" is the prefix's tokens, or the plain prompt's text (a tokenizer without FIM tokens).
 
 Exactness. The healing steps run on the target alone, before the speculative loop starts and in
 every mode alike: each is :func:`specd.engine.speculative.generate` asked for one token,

@@ -3,9 +3,9 @@
 Code repeats itself: an argument list is passed on, a name comes back, the suffix after the cursor
 often holds the very lines being written. ``NgramDrafter`` finds the most recent earlier
 occurrence of the sequence's last n tokens (n from ``max_ngram`` down to ``min_ngram``) anywhere in
-the context — repository context, prefix, suffix (which Qwen's FIM order places before the middle)
-and the tokens generated so far — and proposes what followed it. Its drafts are deterministic (a
-one-hot draft distribution), so the rejection rule keeps the output exactly the target's.
+the context — prefix, suffix (which Qwen's FIM order places before the middle) and the tokens
+generated so far — and proposes what followed it. Its drafts are deterministic (a one-hot draft
+distribution), so the rejection rule keeps the output exactly the target's.
 
 ``HybridDrafter`` takes n-gram drafts when a long enough match exists and the draft model's
 otherwise: per round, the cheaper source of likely tokens.

@@ -3,17 +3,10 @@
 ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` — the model writes the middle.
 The prefix window keeps the last ``max_prefix_tokens`` tokens before the cursor, cut at a line
 start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at a line end.
-
-Optional repository context goes before the FIM block, in Qwen's repository format:
-``<|repo_name|>{name}\n<|file_sep|>{path}\n{content}\n…<|file_sep|>{current path}\n``. In a
-context string the literal markers ``<|repo_name|>`` and ``<|file_sep|>`` become those control
-tokens; everything else is text (callers neutralise markers inside file contents). The context
-keeps its last ``max_context_tokens`` tokens, starting at a file boundary when cut.
 """
 
 from __future__ import annotations
 
-import re
 from functools import cached_property
 from typing import Callable
 
@@ -25,9 +18,7 @@ STOP_TOKENS = (
     "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
     "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>",
 )
-REPO_NAME, FILE_SEP = "<|repo_name|>", "<|file_sep|>"
 FIM_TOKENS = 3  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> in every prompt
-_CONTEXT_MARKERS = re.compile(re.escape(REPO_NAME) + "|" + re.escape(FILE_SEP))
 
 
 def quantized_cut(n: int, keep: int, step: int) -> int:
@@ -44,7 +35,6 @@ class PromptBuilder:
         ids = {t: tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
         self.fim = None if None in ids.values() else (ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE])
         self.stop_ids = frozenset(i for t in STOP_TOKENS if (i := tokenizer.token_id(t)) is not None)
-        self.markers = {t: tokenizer.token_id(t) for t in (REPO_NAME, FILE_SEP)}
 
     @cached_property
     def _token_chars(self) -> int:
@@ -84,49 +74,20 @@ class PromptBuilder:
         nl = head.rfind("\n")
         return head[: nl + 1] if nl > 0 else head
 
-    def encode_context(self, context: str) -> list[int]:
-        """Repository context → tokens: markers become control tokens (or stay text when the
-        tokenizer has none), the rest is text; the tail that fits the context window."""
-        if not context:
-            return []
-        context = context[-self._span(self.windows.max_context_tokens) :]  # bounded work
-        ids: list[int] = []
-        starts: list[int] = []  # where each <|file_sep|> lands in ids
-        pos = 0
-        for m in _CONTEXT_MARKERS.finditer(context):
-            ids += self.tokenizer.encode(context[pos : m.start()])
-            marker = self.markers.get(m.group())
-            if marker is None:
-                ids += self.tokenizer.encode(m.group())
-            else:
-                if m.group() == FILE_SEP:
-                    starts.append(len(ids))
-                ids.append(marker)
-            pos = m.end()
-        ids += self.tokenizer.encode(context[pos:])
-        limit = self.windows.max_context_tokens
-        if len(ids) <= limit:
-            return ids
-        cut = len(ids) - limit
-        start = next((s for s in starts if s >= cut), cut)
-        return ids[start:]
+    def build(self, prefix: str, suffix: str = "") -> list[int]:
+        return self.build_healed(prefix, suffix)[0]
 
-    def build(self, prefix: str, suffix: str = "", context: str = "") -> list[int]:
-        return self.build_healed(prefix, suffix, context)[0]
-
-    def build_healed(self, prefix: str, suffix: str = "", context: str = "",
+    def build_healed(self, prefix: str, suffix: str = "",
                      heal: Callable[[list[int]], int] | None = None) -> tuple[list[int], list[int]]:
         """The prompt, with the last ``heal(ids)`` tokens of the text before the cursor (``ids``:
         the prefix's tokens) taken out, and the tokens taken out
         (token healing, ``specd.engine.healing``; ``heal`` None: none)."""
         prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
-        head = self.encode_context(context)
         if self.fim is None:  # no FIM tokens: plain left-to-right completion
-            before, removed = _cut(self.tokenizer.encode(prefix), heal)
-            return head + before, removed
+            return _cut(self.tokenizer.encode(prefix), heal)
         p, s, m = self.fim
         pre, removed = _cut(self.tokenizer.encode(prefix), heal)
-        return [*head, p, *pre, s, *self.tokenizer.encode(suffix), m], removed
+        return [p, *pre, s, *self.tokenizer.encode(suffix), m], removed
 
 
 def _cut(ids: list[int], heal: Callable[[list[int]], int] | None) -> tuple[list[int], list[int]]:

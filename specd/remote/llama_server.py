@@ -1,7 +1,6 @@
 """llama.cpp's ``llama-server`` through ``/infill``: the server lays out the FIM prompt itself
-(prefix, suffix and the repository context as ``input_extra`` files, in the model's own FIM and
-repository tokens), keeps the prompt cached per slot (``cache_prompt``), and stops generating when
-the connection closes."""
+(prefix and suffix, in the model's own FIM tokens), keeps the prompt cached per slot
+(``cache_prompt``), and stops generating when the connection closes."""
 
 from __future__ import annotations
 
@@ -26,8 +25,7 @@ class LlamaServerDriver:
 
     def _common(self, request: CompletionRequest, prompt: RemotePrompt) -> dict[str, Any]:
         parts = prompt.infill_parts(request)
-        return {"input_prefix": parts.prefix, "input_suffix": parts.suffix, "input_extra": parts.extra,
-                "cache_prompt": True}
+        return {"input_prefix": parts.prefix, "input_suffix": parts.suffix, "cache_prompt": True}
 
     def body(self, request: CompletionRequest, prompt: RemotePrompt, stream: bool = True) -> dict[str, Any]:
         body = self._common(request, prompt)

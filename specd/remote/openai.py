@@ -82,7 +82,7 @@ class OpenAIDriver:
         return final and how in ("done", "json")
 
     def prompt_tokens(self, request: CompletionRequest, prompt: RemotePrompt) -> int | None:
-        return len(prompt.builder.build(request.prefix, request.suffix, request.context))
+        return len(prompt.builder.build(request.prefix, request.suffix))
 
     def stop_strings(self) -> tuple[str, ...]:
         return STOP_TOKENS  # a server that prints control tokens as text: cut there too

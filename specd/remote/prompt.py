@@ -1,8 +1,7 @@
 """The prompt a remote server gets, shaped by the engine's own definition
-(:class:`specd.engine.prompt.PromptBuilder`): the same prefix, suffix and repository-context windows
-(in the model's tokens, so the prompt's start moves in the same quarter-window steps and the
-server's prefix cache survives keystrokes), and for ``/v1/completions`` the same FIM layout, as
-text.
+(:class:`specd.engine.prompt.PromptBuilder`): the same prefix and suffix windows (in the model's
+tokens, so the prompt's start moves in the same quarter-window steps and the server's prefix cache
+survives keystrokes), and for ``/v1/completions`` the same FIM layout, as text.
 
 The tokenizer (Hugging Face ``tokenizers``, no torch) only measures and cuts; the server tokenizes
 again what it gets.
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specd.engine.config import PromptWindows
-from specd.engine.prompt import FILE_SEP, STOP_TOKENS, PromptBuilder
+from specd.engine.prompt import STOP_TOKENS, PromptBuilder
 from specd.models.errors import ModelError
 from specd.models.registry import PUBLISHED, model_dir
 from specd.models.tokenizer import Tokenizer
@@ -51,12 +50,10 @@ def load_tokenizer(spec: str) -> Tokenizer:
 
 @dataclass(frozen=True)
 class InfillParts:
-    """llama-server's ``/infill`` fields: the windowed prefix and suffix, and the repository
-    context as ``input_extra`` files (llama-server lays them out in the model's repository format)."""
+    """llama-server's ``/infill`` fields: the windowed prefix and suffix."""
 
     prefix: str
     suffix: str
-    extra: list[dict[str, str]]
 
 
 class RemotePrompt:
@@ -74,21 +71,8 @@ class RemotePrompt:
         if not self.has_fim:
             raise RemoteError("the tokenizer has no FIM tokens (<|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>): "
                               "specd cannot write a fill-in-the-middle prompt for this model")
-        return self.tokenizer.decode(self.builder.build(request.prefix, request.suffix, request.context))
+        return self.tokenizer.decode(self.builder.build(request.prefix, request.suffix))
 
     def infill_parts(self, request: CompletionRequest) -> InfillParts:
-        context = self.tokenizer.decode(self.builder.encode_context(request.context)) if request.context else ""
-        return InfillParts(self.builder.window_prefix(request.prefix), self.builder.window_suffix(request.suffix),
-                           context_files(context))
+        return InfillParts(self.builder.window_prefix(request.prefix), self.builder.window_suffix(request.suffix))
 
-
-def context_files(context: str) -> list[dict[str, str]]:
-    """Repository context in Qwen's format (``<|repo_name|>name\\n<|file_sep|>path\\ncontent…``) as
-    ``[{"filename", "text"}]``; the last, empty entry (the current file's header) is dropped, and
-    so is text before the first file separator (the repository name, or a cut file's tail)."""
-    files = []
-    for piece in context.split(FILE_SEP)[1:]:
-        path, nl, text = piece.partition("\n")
-        if nl and text:
-            files.append({"filename": path.strip(), "text": text})
-    return files

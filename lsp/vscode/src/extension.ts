@@ -25,7 +25,7 @@ function settings(): Settings {
   return {
     enable: get("enable"), command: get("command"), args: get("args"), languages: get("languages"),
     maxTokens: get("maxTokens"), lineBudgetMs: get("lineBudgetMs"), prewarm: get("prewarm"), debounce: get("debounce"),
-    repoContext: get("repoContext"), requestAhead: get("requestAhead"), backend: get("backend"),
+    requestAhead: get("requestAhead"), backend: get("backend"),
     remoteModel: get("remoteModel"), remoteTokenizer: get("remoteTokenizer"), configFile: get("configFile"),
   };
 }

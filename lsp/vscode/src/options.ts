@@ -14,7 +14,6 @@ export interface Settings {
   lineBudgetMs: number | null;
   prewarm: boolean;
   debounce: boolean;
-  repoContext: boolean;
   requestAhead: boolean;
   backend: string; // "" | "local" | "in-process" | "openai:URL" | "llama-server:URL"
   remoteModel: string;
@@ -31,7 +30,6 @@ export const DEFAULTS: Settings = {
   lineBudgetMs: 1000,
   prewarm: true,
   debounce: true,
-  repoContext: false,
   requestAhead: true,
   backend: "",
   remoteModel: "",
@@ -41,7 +39,7 @@ export const DEFAULTS: Settings = {
 
 /** The server's options (README, "Editors"): sent as initializationOptions and, when a setting
  * changes, as `workspace/didChangeConfiguration` settings under `specd`. */
-export type ServerOptions = Pick<Settings, "maxTokens" | "lineBudgetMs" | "prewarm" | "debounce" | "repoContext" | "requestAhead"> & {
+export type ServerOptions = Pick<Settings, "maxTokens" | "lineBudgetMs" | "prewarm" | "debounce" | "requestAhead"> & {
   statusNotifications?: boolean; // initializationOptions only: ask for `specd/status`
 };
 
@@ -49,8 +47,7 @@ export function serverOptions(s: Settings): ServerOptions {
   const maxTokens = Number.isInteger(s.maxTokens) && s.maxTokens >= 1 && s.maxTokens <= 4096 ? s.maxTokens : DEFAULTS.maxTokens;
   const b = s.lineBudgetMs;
   const lineBudgetMs = b === null || (typeof b === "number" && Number.isFinite(b) && b >= 0) ? b : DEFAULTS.lineBudgetMs;
-  return { maxTokens, lineBudgetMs, prewarm: !!s.prewarm, debounce: !!s.debounce, repoContext: !!s.repoContext,
-           requestAhead: !!s.requestAhead };
+  return { maxTokens, lineBudgetMs, prewarm: !!s.prewarm, debounce: !!s.debounce, requestAhead: !!s.requestAhead };
 }
 
 /** How to start the server: the executable, its arguments, and a config file to write first
