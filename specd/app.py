@@ -3,12 +3,14 @@
 Every face (the CLI, the daemon, the in-process LSP, the bench) gets its ``Engine`` from
 :func:`build_engine`. Here, and only here: torch's process-wide thread count is set, models are
 loaded, the draft is told it need not be batch-invariant, and the K policy's step costs are read
-from the cache directory or measured once and stored. The engine itself does no I/O.
+from the cache directory when a few timed steps confirm them, else measured and stored. The
+engine itself does no I/O.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import platform
 from pathlib import Path
@@ -17,7 +19,7 @@ import torch
 
 from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
-from specd.engine.policy import CostModel, measure_costs
+from specd.engine.policy import CostModel, costs_hold, measure_costs
 from specd.engine.head_drafter import DraftHeads
 from specd.models import heads, hub_gguf, kernels
 from specd.models.errors import ModelError
@@ -26,6 +28,8 @@ from specd.models.loader import load_model, resolve
 from specd.models.protocol import CausalLM
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED, cache_root
+
+log = logging.getLogger("specd.app")
 
 COSTS_KEY_VERSION = "costs-v4"  # bump when what the cost curve measures changes (v4: repacked GGUF kernels)
 # environment variables that change which kernels run (a curve measured under one misleads another)
@@ -148,16 +152,20 @@ def gguf_file(spec: str | None) -> Path | None:
 def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None,
                draft_heads: DraftHeads | None = None) -> CostModel:
     """The K policy's measured step costs for this machine, pair and runtime: read from the cache
-    directory, else measured once and stored. N-gram drafts cost nothing; a draft by heads costs
-    one step of them (a Medusa call for all K, counted per draft: an upper bound)."""
+    directory when a few timed steps confirm them (``costs_hold``), else measured and stored.
+    N-gram drafts cost nothing; a draft by heads costs one step of them (a Medusa call for all K,
+    counted per draft: an upper bound)."""
     path = costs_path(config, target, draft)
+    step = None
+    if draft_heads is not None:
+        state = torch.randn(target_hidden_size(draft_heads))
+        step = (lambda: draft_heads.draft(state, 0, 1)) if isinstance(draft_heads, heads.RecurrentHead) \
+            else (lambda: draft_heads.draft_logits(state, 1))
     cost = read_costs(path)
+    if cost is not None and not costs_hold(cost, target, draft, draft_step=step):
+        log.info("stored step costs %s no longer match this machine's steps: measuring again", path)
+        cost = None
     if cost is None:
-        step = None
-        if draft_heads is not None:
-            state = torch.randn(target_hidden_size(draft_heads))
-            step = (lambda: draft_heads.draft(state, 0, 1)) if isinstance(draft_heads, heads.RecurrentHead) \
-                else (lambda: draft_heads.draft_logits(state, 1))
         cost = measure_costs(target, draft, draft_step=step)
         write_costs(path, cost)
     if draft is None and draft_heads is None:

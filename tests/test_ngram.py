@@ -53,6 +53,31 @@ def test_repetitive_text_is_drafted_by_lookup() -> None:
     assert stats.accepted > 10 and stats.rounds < 10
 
 
+def test_hybrid_rounds_say_where_their_drafts_came_from() -> None:
+    """Lookup where the context repeats, the model where it finds nothing; each round is labelled
+    with its source, so the policy learns lookup's acceptance apart from the model's."""
+    from specd.engine.budget import LOOKUP, MODEL, DraftBudget
+    from specd.engine.drafters import ModelDrafter
+    from specd.engine.speculative import speculative_round
+
+    target, draft = TableLM(table(64, 10, seed=3)), TableLM(table(64, 10, seed=4))
+    hybrid = HybridDrafter(NgramDrafter(), ModelDrafter(draft))
+    budget = DraftBudget(k=2, lookup_k=3)
+    seq = [1, 2, 3, 4]
+    for drafter in (hybrid,):
+        drafter.prefill(seq[:-1])
+    target.forward(torch.tensor(seq[:-1]))
+    r = speculative_round(target, hybrid, seq, budget, Decoding(8))
+    assert (r.source, r.drafted) == (MODEL, 2)  # no repeated tail: the model drafts
+    seq = seq + r.tokens
+    repeat = [5, 6, 7, 5, 6]
+    seq += repeat
+    target.forward(torch.tensor(seq[target.cache_len : -1]))
+    r = speculative_round(target, hybrid, seq, budget, Decoding(8))
+    assert (r.source, r.drafted) == (LOOKUP, 3)  # "5 6" seen before: what followed it, lookup_k of it
+    assert (hybrid.ngram_rounds, hybrid.model_rounds) == (1, 1)
+
+
 @pytest.mark.slow
 def test_lookup_drafts_sample_from_the_target() -> None:
     vocab, n_new, samples = 3, 3, 100_000

@@ -6,7 +6,8 @@ import pytest
 
 from specd.engine.drafters import ModelDrafter
 from specd.engine.engine import CompletionRequest
-from specd.engine.policy import AdaptiveK, CostModel, FixedK, measure_costs
+from specd.engine.budget import AHEAD, LOOKUP
+from specd.engine.policy import AdaptiveK, CostModel, FixedK, StructureK, measure_costs
 from specd.engine.speculative import Decoding, generate
 from tests.tiny import tiny_decoder, tiny_engine
 from tests.toy import TableLM, table
@@ -236,9 +237,38 @@ def test_free_drafts_are_priced_by_the_verification_curve() -> None:
     first = steep.choose_free()
     assert 1 <= first < StructureK.LOOKAHEAD_MAX
     for _ in range(40):
-        steep.observe_free(drafted=first, accepted=0)
+        steep.observe(drafted=first, accepted=0, source=AHEAD)
     assert steep.choose_free() < first
     assert steep.budget([0], tokens_left=3).free_k <= 2  # never past the tokens left
+
+
+def test_each_draft_source_teaches_only_its_own_estimate() -> None:
+    """A draft model's, the previous suggestion's and prompt lookup's drafts are right at different
+    rates: rejected lookup drafts turn lookup's K down and leave the model's K and the
+    suggestion's as they were (and the other way round)."""
+    steep = CostModel(19.0, (75, 77, 80, 90, 100, 112, 125, 138, 150))
+    policy = StructureK(steep, classify=lambda seq: "code")
+    model_k, free_k, lookup_k = policy.choose([0]), policy.choose_free(), policy.choose_lookup()
+    assert 1 <= lookup_k <= StructureK.LOOKUP_MAX
+    for _ in range(100):  # one more verified row costs 2 ms of 75: lookup pays down to ~3 % acceptance
+        policy.observe(drafted=lookup_k, accepted=0, source=LOOKUP)
+    assert policy.choose_lookup() == 0
+    assert (policy.choose([0]), policy.choose_free()) == (model_k, free_k)
+    for _ in range(40):
+        policy.observe(drafted=model_k, accepted=0)  # a draft model's rounds (the default source)
+    assert policy.choose([0]) == 0 and policy.choose_free() == free_k
+    budget = policy.budget([0], tokens_left=20)
+    assert (budget.k, budget.lookup_k) == (0, 0)
+
+
+def test_lookup_drafts_cost_no_draft_step() -> None:
+    """Where the draft model's step is too dear for drafting to pay, lookup still drafts: its
+    drafts cost only the extra verified rows."""
+    dear = CostModel(500.0, (75, 77, 80, 90, 100, 112, 125, 138, 150))
+    policy = StructureK(dear, classify=lambda seq: "code")
+    budget = policy.budget([0], tokens_left=20)
+    assert budget.k == 0 and budget.lookup_k >= 1
+    assert FixedK(3).budget([0], tokens_left=20).lookup_k == 3  # --k N: N lookup drafts too
 
 
 def test_predicted_speedup_follows_the_cost_curve() -> None:
@@ -250,3 +280,28 @@ def test_predicted_speedup_follows_the_cost_curve() -> None:
     assert free.predicted_speedup(0.0) == (1.0, 0)  # nothing accepted: target-only
     steep = CostModel(5.0, tuple(10.0 * n for n in range(1, 10)))  # verifying n rows costs n steps
     assert steep.predicted_speedup(0.9) == (1.0, 0)  # never pays, whatever the acceptance
+
+
+def test_a_stored_cost_curve_that_no_longer_holds_is_measured_again(tmp_path, monkeypatch) -> None:
+    """A curve stored while something else took the CPU (seen here: 2,008 ms for a ~50 ms step,
+    believed by every daemon after) is checked against a few timed steps at load and replaced;
+    one that holds is kept as stored."""
+    from specd.app import costs_path, read_costs, step_costs, write_costs
+    from specd.engine.engine import EngineConfig
+    from specd.engine.policy import costs_hold
+
+    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
+    target, draft = tiny_decoder(seed=3), tiny_decoder(seed=4)
+    config = EngineConfig(k="auto", max_len=256)
+    fresh = step_costs(config, target, draft)
+    stale = CostModel(fresh.draft_ms * 1000, tuple(v * 1000 for v in fresh.verify_ms))
+    assert not costs_hold(stale, target, draft)
+    assert costs_hold(fresh, target, draft, tolerance=1e6)
+    path = costs_path(config, target, draft)
+    write_costs(path, stale)
+    again = step_costs(config, target, draft)
+    assert again.target(1) < stale.target(1) / 10 and again.draft_ms < stale.draft_ms / 10
+    assert read_costs(path) == again  # the new measurement replaced the stale file
+    slow_check = CostModel(again.draft_ms, again.verify_ms)
+    monkeypatch.setattr("specd.app.costs_hold", lambda *a, **k: True)
+    assert step_costs(config, target, draft) == slow_check  # a curve that holds is read, not measured

@@ -8,7 +8,12 @@ once it sees the draft's distribution. The rules:
 - **gate**: the policy's in-round gate, asked before each draft after the first with the drafter's
   confidence (top probability) in each draft so far;
 - **min_prob**: a draft whose top probability is below this is not proposed (the round ends);
-- **free_k**: at most this many drafts that cost no model call (the previous suggestion's tokens).
+- **free_k**: at most this many drafts that cost no model call from the previous suggestion's
+  tokens (source ``AHEAD``);
+- **lookup_k**: at most this many drafts from prompt lookup (source ``LOOKUP``; no model call).
+
+Each source keeps its own acceptance estimate in the policy: a draft model's, the previous
+suggestion's and prompt lookup's drafts are right at very different rates.
 
 Every rule reads the draft's numbers only, never the target's: the output is unchanged by them.
 """
@@ -17,6 +22,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+# Where a round's drafts came from (``Chain.source``, ``Round.source``).
+MODEL = "model"  # a draft model's forwards
+AHEAD = "ahead"  # the previous suggestion's tokens, while the output follows them (free)
+LOOKUP = "lookup"  # prompt lookup: what followed the context's last n tokens before (free)
 
 # The policy's in-round gate: given the drafter's confidence in each draft of the round so far,
 # whether one more draft is worth its forward.
@@ -29,6 +39,7 @@ class DraftBudget:
     gate: Gate | None = None
     min_prob: float = 0.0
     free_k: int = 0
+    lookup_k: int = 0
 
     @property
     def wants_confidence(self) -> bool:

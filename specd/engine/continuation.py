@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import AHEAD, DraftBudget
 from specd.engine.drafters import Chain, Drafter, Proposal
 from specd.engine.sampling import SamplingParams
 from specd.models.tokenizer import Tokenizer
@@ -83,7 +83,7 @@ class LookaheadDrafter:
         if n < len(self.tokens) and done == self.tokens[:n] and budget.free_k > 0:
             ahead = self.tokens[n : n + budget.free_k]
             self.proposed += len(ahead)
-            return Chain(torch.tensor(ahead, dtype=torch.long), None, free=True)
+            return Chain(torch.tensor(ahead, dtype=torch.long), None, AHEAD)
         return self.fallback.propose(seq, budget, params, generator)
 
     def commit(self, valid: int) -> None:

@@ -1,5 +1,5 @@
 """Drafters propose the tokens the target verifies. The loop does not care where they come from:
-a small model (:class:`ModelDrafter`), n-gram lookup (``ngram.py``), the previous suggestion
+a small model (:class:`ModelDrafter`), prompt lookup (``ngram.py``), the previous suggestion
 (``continuation.py``).
 
 A proposal is a :class:`Chain` (each draft follows the previous one) or a :class:`Tree` (several
@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import MODEL, DraftBudget
 from specd.engine.sampling import SamplingParams, restrict, sample, warp_restricted
 from specd.models.protocol import CausalLM
 
@@ -24,12 +24,11 @@ from specd.models.protocol import CausalLM
 class Chain:
     """``tokens``: ``[k]`` drafts, each following the previous one; ``probs``: ``[k, V]`` the draft
     distributions they were drawn from, or None when drafting was deterministic (one-hot).
-    ``free``: no model was run for them (the previous suggestion's tokens): the K policy does not
-    learn from such rounds."""
+    ``source``: where they came from (``MODEL``, ``AHEAD``, ``LOOKUP``)."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
-    free: bool = False
+    source: str = MODEL
 
     def __len__(self) -> int:
         return int(self.tokens.numel())

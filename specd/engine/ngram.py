@@ -7,15 +7,17 @@ the context — prefix, suffix (which Qwen's FIM order places before the middle)
 generated so far — and proposes what followed it. Its drafts are deterministic (a one-hot draft
 distribution), so the rejection rule keeps the output exactly the target's.
 
-``HybridDrafter`` takes n-gram drafts when a long enough match exists and the draft model's
-otherwise: per round, the cheaper source of likely tokens.
+``HybridDrafter`` takes n-gram drafts when a match exists and the draft model's otherwise: per
+round, the cheaper source of likely tokens. Lookup drafts are free (no model call), so how many
+to verify is the policy's ``lookup_k``, chosen from lookup's own acceptance estimate with no draft
+cost (``specd.engine.policy``); they never teach the model's estimate.
 """
 
 from __future__ import annotations
 
 import torch
 
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import LOOKUP, DraftBudget
 from specd.engine.drafters import Chain, Drafter, Proposal
 from specd.engine.sampling import SamplingParams
 
@@ -47,7 +49,8 @@ class NgramDrafter:
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
                 generator: torch.Generator | None) -> Chain:
-        return Chain(torch.tensor(lookup(seq, budget.k, self.max_ngram, self.min_ngram), dtype=torch.long), None)
+        found = lookup(seq, budget.lookup_k, self.max_ngram, self.min_ngram)
+        return Chain(torch.tensor(found, dtype=torch.long), None, LOOKUP)
 
     def commit(self, valid: int) -> None:
         pass
@@ -71,7 +74,7 @@ class HybridDrafter:
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
                 generator: torch.Generator | None) -> Proposal:
         found = self.ngram.propose(seq, budget, params, generator)
-        if len(found) >= min(self.min_tokens, budget.k):
+        if len(found) >= min(self.min_tokens, budget.lookup_k) and len(found) > 0:
             self.ngram_rounds += 1
             return found
         self.model_rounds += 1

@@ -23,7 +23,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import AHEAD, LOOKUP, MODEL, DraftBudget
 from specd.models.protocol import CausalLM
 
 
@@ -35,12 +35,9 @@ class KPolicy(Protocol):
         ``tokens_left`` the tokens the request may still emit (a round emits its drafts + 1)."""
         ...
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        """What a round whose drafts came from a model did."""
-        ...
-
-    def observe_free(self, drafted: int, accepted: int) -> None:
-        """What a round of free drafts (the previous suggestion's tokens) did."""
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
+        """What a round did: ``drafted`` drafts from ``source`` (``specd.engine.budget``), of
+        which the first ``accepted`` were kept."""
         ...
 
 
@@ -60,14 +57,17 @@ class _Budgets:
         as the request may still emit."""
         return None
 
-    def observe_free(self, drafted: int, accepted: int) -> None:
-        """What a round of free drafts did."""
+    def choose_lookup(self) -> int | None:
+        """How many prompt-lookup drafts to verify next; None: the round's K."""
+        return None
 
     def budget(self, seq: list[int], tokens_left: int) -> DraftBudget:
         cap = max(tokens_left - 1, 0)  # K drafts + 1 recovered/bonus token: never past the budget
-        free = self.choose_free()
-        return DraftBudget(k=min(self.choose(seq), cap), gate=self.keep_drafting if self.gated else None,
-                           min_prob=self.min_prob, free_k=cap if free is None else min(free, cap))
+        k = min(self.choose(seq), cap)
+        free, lookup = self.choose_free(), self.choose_lookup()
+        return DraftBudget(k=k, gate=self.keep_drafting if self.gated else None, min_prob=self.min_prob,
+                           free_k=cap if free is None else min(free, cap),
+                           lookup_k=k if lookup is None else min(lookup, cap))
 
 
 @dataclass
@@ -84,7 +84,7 @@ class FixedK(_Budgets):
     def keep_drafting(self, confidences: list[float]) -> bool:
         return True
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         pass
 
 
@@ -140,14 +140,17 @@ class AdaptiveK(_Budgets):
       doubles the wait (up to ``probe_max`` rounds), so on a pair that never accepts the probes'
       cost vanishes; an accepted probe, or any round that chooses K > 0, resets it. Where no
       acceptance could make drafting pay (a draft step dearer than the target's), it never probes.
+    - **Source**: it learns from the rounds whose drafts came from ``source`` (a draft model's by
+      default) and ignores the others.
     """
 
     gated = True
 
     def __init__(self, cost: CostModel, k_max: int = 8, prior: float = 0.7, decay: float = 0.03,
                  min_prob: float = 0.0, prior_weight: float = 4.0, probe_every: int = 16,
-                 probe_max: int = 512) -> None:
+                 probe_max: int = 512, source: str = MODEL) -> None:
         self.cost = cost
+        self.source = source
         self.min_prob = min_prob
         self.k_max = k_max
         self.decay = decay
@@ -205,7 +208,9 @@ class AdaptiveK(_Budgets):
         dt = cost.draft_ms + cost.target(drafted + 2) - cost.target(drafted + 1)
         return survive * self.alpha[drafted] * t > tokens * dt
 
-    def observe(self, drafted: int, accepted: int) -> None:
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
+        if source != self.source:
+            return
         if self.probing and drafted:
             self.probing = False
             self.probe_every = self.probe_base if accepted else min(2 * self.probe_every, self.probe_max)
@@ -225,11 +230,15 @@ class StructureK(_Budgets):
     prose is not. The kind is judged each round from the sequence so far."""
 
     PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
-    # Free drafts (the rest of a suggestion the user is typing along) cost no draft step, but each
-    # verified row costs what the curve says: their count is chosen like K, with draft cost 0 and
-    # their own acceptance estimate.
+    # Free drafts cost no draft step, but each verified row costs what the curve says: their count
+    # is chosen like K, with draft cost 0 and an acceptance estimate per source. The rest of a
+    # suggestion the user is typing along (AHEAD) is the target's own earlier text; prompt lookup
+    # (LOOKUP) is right less often: its first draft 0.49-0.85 by match length on the quality
+    # bench's dev split (bench/RESULTS.md, session 14).
     LOOKAHEAD_PRIOR = 0.8
     LOOKAHEAD_MAX = 32
+    LOOKUP_PRIOR = 0.6
+    LOOKUP_MAX = 8
     gated = True
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
@@ -241,7 +250,9 @@ class StructureK(_Budgets):
         self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
         self.current = "code"
         self.rounds = {kind: 0 for kind in self.policies}
-        self.lookahead = AdaptiveK(CostModel(0.0, cost.verify_ms), self.LOOKAHEAD_MAX, self.LOOKAHEAD_PRIOR)
+        free = CostModel(0.0, cost.verify_ms)
+        self.lookahead = AdaptiveK(free, self.LOOKAHEAD_MAX, self.LOOKAHEAD_PRIOR, source=AHEAD)
+        self.lookup = AdaptiveK(free, self.LOOKUP_MAX, self.LOOKUP_PRIOR, source=LOOKUP)
 
     def choose(self, seq: list[int] | None = None) -> int:
         kind = self.classify(seq) if seq is not None else "code"
@@ -252,14 +263,15 @@ class StructureK(_Budgets):
     def keep_drafting(self, confidences: list[float]) -> bool:
         return self.policies[self.current].keep_drafting(confidences)
 
-    def observe(self, drafted: int, accepted: int) -> None:
-        self.policies[self.current].observe(drafted, accepted)
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
+        for estimate in (self.policies[self.current], self.lookahead, self.lookup):
+            estimate.observe(drafted, accepted, source)  # each learns from its own source only
 
     def choose_free(self) -> int | None:
         return self.lookahead.choose()
 
-    def observe_free(self, drafted: int, accepted: int) -> None:
-        self.lookahead.observe(drafted, accepted)
+    def choose_lookup(self) -> int | None:
+        return self.lookup.choose()
 
 
 @torch.inference_mode()
@@ -274,6 +286,36 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
     fewer (a cheaper T(2) than T(1) is noise, and it would make the policy over-value drafting
     one token), so the curve is made non-decreasing. The caches are left empty. ``draft_step``
     (with no draft model): what one draft costs instead, e.g. one step of draft heads."""
+    measured, draft_ms = _time_steps(target, draft, sizes, context, reps, draft_step)
+    verify: list[float] = []
+    for n in range(1, max(sizes) + 1):  # interpolate the sizes not measured
+        lo = max(s for s in sizes if s <= n)
+        hi = min(s for s in sizes if s >= n)
+        frac = 0.0 if hi == lo else (n - lo) / (hi - lo)
+        verify.append(max(measured[lo] + frac * (measured[hi] - measured[lo]), verify[-1] if verify else 0.0))
+    return CostModel(draft_ms, tuple(verify))
+
+
+@torch.inference_mode()
+def costs_hold(cost: CostModel, target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = (1, 4),
+               context: int = 128, reps: int = 3, draft_step: Callable[[], object] | None = None,
+               tolerance: float = 2.0) -> bool:
+    """Whether a stored cost curve still describes this machine: a few forwards at ``sizes`` and
+    one draft step, timed as :func:`measure_costs` times them, each within ``tolerance``× of the
+    curve. A curve measured while the CPU was taken by something else (seen here: 2,008 ms for a
+    50 ms step, stored and then believed by every daemon after) fails this and is measured again."""
+    measured, draft_ms = _time_steps(target, draft, sizes, context, reps, draft_step)
+    pairs = [(measured[n], cost.target(n)) for n in sizes]
+    if draft is not None or draft_step is not None:
+        pairs.append((draft_ms, cost.draft_ms))
+    return all(now > 0 and then > 0 and 1 / tolerance <= now / then <= tolerance for now, then in pairs)
+
+
+def _time_steps(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...], context: int, reps: int,
+                draft_step: Callable[[], object] | None) -> tuple[dict[int, float], float]:
+    """Median ms of a target forward over each n in ``sizes`` after ``context`` cached tokens, and
+    of one draft step (inf without a draft), over ``reps`` interleaved rounds; the caches are left
+    empty."""
 
     def timed(model: CausalLM, n: int) -> float:
         model.rollback(context)
@@ -296,14 +338,6 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
             t0 = time.perf_counter()
             draft_step()
             draft_runs.append((time.perf_counter() - t0) * 1e3)
-    measured = {n: statistics.median(v) for n, v in runs.items()}
-    verify: list[float] = []
-    for n in range(1, max(sizes) + 1):  # interpolate the sizes not measured
-        lo = max(s for s in sizes if s <= n)
-        hi = min(s for s in sizes if s >= n)
-        frac = 0.0 if hi == lo else (n - lo) / (hi - lo)
-        verify.append(max(measured[lo] + frac * (measured[hi] - measured[lo]), verify[-1] if verify else 0.0))
-    draft_ms = statistics.median(draft_runs) if draft_runs else float("inf")
     for m in models:
         m.rollback(0)
-    return CostModel(draft_ms, tuple(verify))
+    return {n: statistics.median(v) for n, v in runs.items()}, (statistics.median(draft_runs) if draft_runs else float("inf"))

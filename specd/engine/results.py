@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 class Round:
     """What one round did: ``tokens`` emitted (the accepted drafts, then the recovered or bonus
     token), ``drafted`` draft positions verified (a tree's chain depth), ``accepted`` of them kept;
-    ``free``: the drafts cost no model call (the policy does not learn from them)."""
+    ``source``: where the drafts came from (``specd.engine.drafters``: model, ahead, lookup)."""
 
     tokens: list[int]
     drafted: int = 0
     accepted: int = 0
-    free: bool = False
+    source: str = "model"
     tree_nodes: int = 0
     branch_hit: bool = False
 

@@ -90,10 +90,8 @@ def _decode(target: CausalLM, prompt: list[int], decoding: Decoding, drafter: Dr
     while len(out) < budget:
         if drafter:
             r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding, timeline)
-            if r.free:
-                policy.observe_free(r.drafted, r.accepted)
-            elif r.drafted:
-                policy.observe(r.drafted, r.accepted)
+            if r.drafted:
+                policy.observe(r.drafted, r.accepted, r.source)
         else:
             r = Round([_target_step(target, seq, decoding, timeline)])
         stats.add(r)
@@ -171,7 +169,7 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     with timeline.span("rollback"):
         target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
         drafter.commit(n + a)
-    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.free)
+    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.source)
 
 
 def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tree, decoding: Decoding) -> Round:
