@@ -94,7 +94,10 @@ class EngineConfig:
     # tokens fall outside it in Python, JavaScript and C; 32768 leaves 3-5 % out)
     draft_head_vocab: int = setting(65536, check=_not_negative,
                                     help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
-    drafter: str = setting("model", choices=DRAFTERS,
+    # both: prompt lookup where the context repeats (free drafts), the model elsewhere; on held-out
+    # editor-context tasks through the daemon 1.27-1.28x target-only per task against the model
+    # alone's 1.18-1.22x (bench/RESULTS.md, session 14)
+    drafter: str = setting("both", choices=DRAFTERS,
                            help="draft source: the draft model, prompt lookup (n-gram), both (n-gram when it "
                                 "finds a match, else the model), or heads (draft heads on the target's own "
                                 "hidden state: --heads)")
