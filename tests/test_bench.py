@@ -277,6 +277,9 @@ def test_profile_scenario_through_a_real_daemon(tiny_pair, two_tasks, tmp_path, 
     assert "draft" not in target_only["per_token_ms"] and "draft" in doc["summary"]["spec"]["per_token_ms"]
     assert target_only["target_step_ms"]["n"] == sum(r["stats"]["rounds"] for r in doc["runs"] if r["mode"] == "target")
     assert "ms per token" in stdout and "target.forward" in stdout
+    spec = [r["stats"] for r in doc["runs"] if r["mode"] == "spec"]  # drafts counted per source
+    assert sum(c["drafted"] for c in doc["summary"]["spec"]["by_source"].values()) == sum(s["drafted"] for s in spec)
+    assert doc["summary"]["target"]["by_source"] == {}
     # K auto: the daemon's measured step costs, and the speedup they predict
     costs = doc["step_costs"]
     assert costs["draft_ms"] > 0 and len(costs["verify_ms"]) >= 2

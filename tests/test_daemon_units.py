@@ -127,11 +127,13 @@ def test_daemon_config(monkeypatch, tmp_path) -> None:
 def test_stats_histogram_and_percentiles() -> None:
     s = DaemonStats()
     g = GenerationStats(prompt_tokens=10, prefill_reused=4, new_tokens=7, rounds=4, drafted=8, accepted=3,
-                        drafted_at=[4, 4], accepted_at=[2, 1])
+                        drafted_at=[4, 4], accepted_at=[2, 1], by_source={"model": [3, 6, 3], "lookup": [1, 2, 0]})
     s.served_one(g, 10.0, 0)
     s.served_one(g, 30.0, 5)
     d = s.as_dict({}, {"queued": 0, "running": 0})
     assert d["accepted_length_histogram"] == [4, 2, 2]  # rounds accepting 0, 1, 2 drafts
+    assert d["by_source"] == {"lookup": {"rounds": 2, "drafted": 4, "accepted": 0, "acceptance_rate": 0.0},
+                              "model": {"rounds": 6, "drafted": 12, "accepted": 6, "acceptance_rate": 0.5}}
     assert d["prefill_tokens"] == {"reused": 8, "computed": 10}
     assert d["continuations"] == {"requests": 1, "tokens_offered": 5}
     assert percentile([1, 2, 3, 4], 50) == 2 and percentile([1.0] * 19 + [9.0], 95) == 1.0

@@ -78,6 +78,18 @@ def test_hybrid_rounds_say_where_their_drafts_came_from() -> None:
     assert (hybrid.ngram_rounds, hybrid.model_rounds) == (1, 1)
 
 
+def test_a_completion_counts_its_drafts_by_source() -> None:
+    """The request's stats (and the daemon's) split rounds, drafts and acceptance by source."""
+    engine = tiny_engine(k=4, drafter="both")
+    prefix = "x = foo(a, b)\ny = foo(a, b)\nz = foo(a, b)\nw = foo("
+    stats = engine.complete(CompletionRequest(prefix, "", max_tokens=30)).stats
+    by = stats.as_dict()["by_source"]
+    assert set(by) <= {"model", "lookup"} and by
+    assert sum(s["rounds"] for s in by.values()) <= stats.rounds
+    assert sum(s["drafted"] for s in by.values()) == stats.drafted
+    assert sum(s["accepted"] for s in by.values()) == stats.accepted
+
+
 @pytest.mark.slow
 def test_lookup_drafts_sample_from_the_target() -> None:
     vocab, n_new, samples = 3, 3, 100_000

@@ -25,6 +25,7 @@ from typing import Any, Callable
 from specd.bench.daemon_process import Connect, DaemonClient, call, daemon_client, request
 from specd.bench.errors import BenchError
 from specd.bench.tasks import Task
+from specd.engine.results import add_source, source_counts
 from specd.percentile import percentile
 
 MODES = ("target", "spec")
@@ -117,6 +118,10 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     spread = [s for s in (_step_spread(r) for r in timed) if s is not None]
     steps = sorted(x["models"]["target"]["forward"] for r in timed for x in r["timeline"]["rounds"]
                    if x["models"].get("target", {}).get("forwards") == 1 and x["drafted"] == 0)
+    by_source: dict[str, list[int]] = {}
+    for r in runs:
+        for source, c in r["stats"].get("by_source", {}).items():
+            add_source(by_source, source, c["rounds"], c["drafted"], c["accepted"])
     return {
         "requests": len(runs), "tokens": sum(r["stats"]["new_tokens"] for r in runs),
         "per_token_ms": {k: _dist(v) for k, v in phases.items()},
@@ -124,6 +129,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "target_step_ms": _dist(steps) if steps else None,
         "step_p90_over_p10": {"per_request": _dist(spread) if spread else None,
                               "all_steps": round(percentile(steps, 90) / percentile(steps, 10), 3) if len(steps) >= 10 else None},
+        "by_source": source_counts(by_source),
     }
 
 
@@ -182,6 +188,9 @@ def text_table(doc: dict[str, Any]) -> str:
             per = sp["per_request"]
             lines.append(f"{m}: one-token target step {cell(s['target_step_ms'])} ms over {s['target_step_ms']['n']} steps; "
                          f"p90/p10 per request {per['median'] if per else '-'} (median), over all steps {sp['all_steps']}")
+        if s.get("by_source"):
+            lines.append(f"{m}: drafts by source: " + ", ".join(
+                f"{src} {c['accepted']}/{c['drafted']} accepted in {c['rounds']} rounds" for src, c in s["by_source"].items()))
     if doc.get("prediction"):
         c, p = doc["step_costs"], doc["prediction"]
         lines.append(f"step costs measured by the daemon: draft {c['draft_ms']:.1f} ms, target over n = 1, 2, 3, 5 "

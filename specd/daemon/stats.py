@@ -6,6 +6,7 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from specd.engine.results import add_source, source_counts
 from specd.models.memory import rss_bytes
 from specd.percentile import percentile
 
@@ -30,6 +31,7 @@ class DaemonStats:
         self.accepted = 0
         self.drafted_at: list[int] = []
         self.accepted_at: list[int] = []
+        self.by_source: dict[str, list[int]] = {}  # draft source -> [rounds, drafted, accepted]
         self.prefill_reused = 0
         self.prefill_computed = 0
         self.continuations = 0  # requests whose previous suggestion was offered as drafts
@@ -47,6 +49,8 @@ class DaemonStats:
             counts.extend([0] * (len(add) - len(counts)))
             for i, n in enumerate(add):
                 counts[i] += n
+        for source, (rounds, drafted, accepted) in stats.by_source.items():
+            add_source(self.by_source, source, rounds, drafted, accepted)
         self.prefill_reused += stats.prefill_reused
         self.prefill_computed += max(0, stats.prompt_tokens - 1 - stats.prefill_reused)
         if lookahead:
@@ -81,6 +85,7 @@ class DaemonStats:
             "acceptance_by_position": [round(a / d, 4) if d else 0.0
                                        for a, d in zip(self.accepted_at, self.drafted_at)],
             "accepted_length_histogram": self.accepted_length_histogram(),
+            "by_source": source_counts(self.by_source),
             "latency_ms": {"p50": round(percentile(lat, 50), 3), "p95": round(percentile(lat, 95), 3),
                            "count": len(lat)},
             "prefill_tokens": {"reused": self.prefill_reused, "computed": self.prefill_computed},

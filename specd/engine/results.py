@@ -36,6 +36,8 @@ class GenerationStats:
     accepted_at: list[int] = field(default_factory=list)  # ... and rounds that accepted it
     tree_nodes: int = 0  # token-tree rounds: nodes verified (chain + extra candidates)
     branch_hits: int = 0  # ... rounds whose accepted path left the chain for another candidate
+    # per draft source (specd.engine.budget: model, ahead, lookup): [rounds, drafted, accepted]
+    by_source: dict[str, list[int]] = field(default_factory=dict)
     prefill_ms: float = 0.0
     ttft_ms: float = 0.0
     total_ms: float = 0.0
@@ -69,6 +71,7 @@ class GenerationStats:
             "drafted_at": list(self.drafted_at),
             "tree_nodes": self.tree_nodes,
             "branch_hits": self.branch_hits,
+            "by_source": source_counts(self.by_source),
             "prefill_ms": round(self.prefill_ms, 3),
             "ttft_ms": round(self.ttft_ms, 3),
             "decode_ms_per_token": round(self.decode_ms_per_token, 3),
@@ -84,6 +87,8 @@ class GenerationStats:
         self.accepted += r.accepted
         self.tree_nodes += r.tree_nodes
         self.branch_hits += int(r.branch_hit)
+        if r.drafted:
+            add_source(self.by_source, r.source, 1, r.drafted, r.accepted)
         _grow(self.drafted_at, r.drafted)
         _grow(self.accepted_at, r.drafted)
         for i in range(r.drafted):
@@ -99,6 +104,20 @@ class Completion:
     stats: GenerationStats
     lookahead: int = 0  # tokens proposed from the previous suggestion (see continuation.py)
     timeline: dict | None = None  # a profiled request's (specd.engine.timeline.Timeline.as_dict)
+
+
+def add_source(by_source: dict[str, list[int]], source: str, rounds: int, drafted: int, accepted: int) -> None:
+    """Count ``rounds`` rounds of ``source`` that drafted ``drafted`` and kept ``accepted``."""
+    c = by_source.setdefault(source, [0, 0, 0])
+    c[0] += rounds
+    c[1] += drafted
+    c[2] += accepted
+
+
+def source_counts(by_source: dict[str, list[int]]) -> dict[str, dict[str, float]]:
+    """``by_source`` as JSON: per source its rounds, drafted, accepted and acceptance rate."""
+    return {s: {"rounds": r, "drafted": d, "accepted": a, "acceptance_rate": round(a / d, 4) if d else 0.0}
+            for s, (r, d, a) in sorted(by_source.items())}
 
 
 def _grow(counts: list[int], n: int) -> None:
