@@ -7,17 +7,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specd.engine.budget import MODEL
+
 
 @dataclass(frozen=True)
 class Round:
     """What one round did: ``tokens`` emitted (the accepted drafts, then the recovered or bonus
     token), ``drafted`` draft positions verified (a tree's chain depth), ``accepted`` of them kept;
-    ``source``: where the drafts came from (``specd.engine.drafters``: model, ahead, lookup)."""
+    ``source``: where the drafts came from (``specd.engine.budget``: model, ahead, lookup)."""
 
     tokens: list[int]
     drafted: int = 0
     accepted: int = 0
-    source: str = "model"
+    source: str = MODEL
     tree_nodes: int = 0
     branch_hit: bool = False
 
