@@ -1,6 +1,6 @@
 """The decoder's layers in one C call each (``models/csrc/decoder_layer.c``), when every linear layer
-is specd's INT8 kernel (``Q8Linear``), every one its INT4 kernel (``Q4Linear``, drafts) or every
-one a GGUF file's own blocks (``GgufLinear``, quant mode gguf): norms, rotary embeddings, the KV-cache write, per-row
+is specd's INT8 kernel (``Q8Linear``), every one specd's INT4 (``Q4Linear``, drafts: Q4_0 blocks on the
+GGUF kernels) or every one a GGUF file's own blocks (``GgufLinear``, quant mode gguf): norms, rotary embeddings, the KV-cache write, per-row
 attention and the SwiGLU in C instead of ~40 small torch ops per layer.
 
 Same contract as the Python loop in ``specd.models.decoder``: a forward over ``n`` new tokens

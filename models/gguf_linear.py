@@ -28,8 +28,9 @@ KERNEL_TYPES: dict[int, str] = {
                              GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K)
 }
 K_QUANTS = frozenset({int(GGMLQuantizationType.Q4_K), int(GGMLQuantizationType.Q6_K)})  # Q8_K activations
-# specd's repacked layout of a K-quant (ggml_blocks.h: 16 rows interleaved per super-block for the
-# AVX2 and AVX-512 VNNI kernels): its kernel type id is the GGUF type | X16
+# specd's repacked layouts (ggml_blocks.h: 16 rows interleaved per block for the AVX2 and AVX-512
+# VNNI kernels) of these formats: a repacked weight's kernel type id is the GGUF type | X16
+REPACKED = K_QUANTS | {int(GGMLQuantizationType.Q4_0)}
 X16 = 0x100
 X16_ROWS = 16
 
@@ -119,7 +120,7 @@ def _check_part(p: GgufPart, k: int) -> None:
 
 
 def repacks_here() -> bool:
-    """Whether K-quant weights are repacked at load (``GgufLinear``'s ``repack``): where the
+    """Whether Q4_0 and K-quant weights are repacked at load (``GgufLinear``'s ``repack``): where the
     kernels run AVX2 or AVX-512 VNNI (both have repacked paths; the portable scalar build runs
     the GGUF layout)."""
     kernel = kernels.kernel()
@@ -137,10 +138,10 @@ def _torch_alloc(nbytes: int) -> torch.Tensor:
 
 
 def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_alloc) -> tuple[int, torch.Tensor]:
-    """(kernel type, weight bytes) a part runs with: a K-quant tensor of whole groups of 16 rows
+    """(kernel type, weight bytes) a part runs with: a Q4_0 or K-quant tensor of whole groups of 16 rows
     in specd's repacked layout (a new uint8 tensor of the same size per row from ``alloc``, the same
     values: ``unrepack_blocks`` gives the GGUF bytes back), anything else as stored."""
-    if qtype not in K_QUANTS or raw.shape[0] % X16_ROWS:
+    if qtype not in REPACKED or raw.shape[0] % X16_ROWS:
         return qtype, raw
     lib = kernels.kernel().lib
     rb = int(lib.gg_row_bytes(qtype | X16, k))
@@ -151,7 +152,7 @@ def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_a
 
 
 def unrepack_blocks(qtype: int, packed: torch.Tensor, k: int) -> torch.Tensor:
-    """The GGUF blocks ``[rows, row_bytes]`` a repacked K-quant weight came from, byte for byte."""
+    """The GGUF blocks ``[rows, row_bytes]`` a repacked weight came from, byte for byte."""
     lib = kernels.kernel().lib
     out = torch.empty(packed.shape[0], row_bytes(qtype, k), dtype=torch.uint8)
     if lib.gg_unrepack(qtype | X16, packed.data_ptr(), packed.shape[0], k, out.data_ptr()) != 0:
@@ -165,7 +166,7 @@ class GgufLinear:
     own block format). Per call the activations are quantized once per activation format (A32 /
     Q8_K) and each part's kernel writes its columns of the output directly.
 
-    ``repack`` (default: ``repacks_here()``): K-quant parts are copied once into specd's
+    ``repack`` (default: ``repacks_here()``): Q4_0 and K-quant parts are copied once into specd's
     interleaved layout (``repack_blocks``), which the AVX2 and AVX-512 kernels run for every number of rows
     (one token, a verification, a prefill) with the same bits as the GGUF layout; the parts keep
     their GGUF views (``parts``, for ``reference`` and ``dequantize``), which the caller may let the

@@ -1,8 +1,12 @@
-"""specd's INT8 and INT4 linears on x86-64 AVX2 (``models/csrc/int_linear.c``, in the kernel
-library that ``specd.models.kernels`` loads): the weight formats, packing, and the layers.
+"""specd's INT8 and INT4 linears (in the kernel library that ``specd.models.kernels`` loads): the
+weight formats, packing, and the layers.
 
-Weights: int8 in blocks of 32 input channels, one fp16 scale per block (llama.cpp's Q8_0 numbers;
-scales stored ahead of each row's blocks). Activations: quantized per row and per block of 32 inside the call.
+INT8 (``Q8Linear``, x86-64 AVX2, ``models/csrc/int_linear.c``): weights int8 in blocks of 32 input
+channels, one fp16 scale per block (llama.cpp's Q8_0 numbers; scales stored ahead of each row's
+blocks). INT4 (``Q4Linear``, drafts): blocks of 32 with an fp16 scale and 4-bit codes whose scales
+specd searches (``pack4``); the numbers are ggml's Q4_0, so they run on the GGUF kernels'
+repacked Q4_0 layout (``models/csrc/gguf_repack.c``). Activations: quantized per row and per block
+of 32 inside the call.
 Both scales are block-wise, so Qwen's few huge activation channels coarsen only their own block
 (as ONNX Runtime's MatMulNBits with accuracy level 4 does), and the kernel is batch-invariant by
 construction: a row's result does not depend on the other rows in the call (see the C file).
@@ -14,9 +18,11 @@ from __future__ import annotations
 import torch
 
 from specd.models.errors import ModelError
+from specd.models.gguf_linear import Alloc, GgufLinear, GgufPart, unrepack_blocks
 from specd.models.kernels import kernel
 
 QK = 32
+Q4_0 = 2  # ggml's type id of the Q4_0 blocks INT4 weights run as (gguf_linear.KERNEL_TYPES)
 
 
 def scale_bytes(k: int) -> int:
@@ -206,18 +212,46 @@ class Q8Linear(_BlockLinear):
                                   y.data_ptr(), xq.data_ptr(), xd.data_ptr())
 
 
-class Q4Linear(_BlockLinear):
-    """INT4 weights (``pack4``), for drafts: half the bytes per step of ``Q8Linear``."""
+def q4_0_blocks(packed: torch.Tensor, k: int) -> torch.Tensor:
+    """The GGUF Q4_0 rows ``[N, K/32 * 18]`` holding exactly the numbers of an INT4-packed weight
+    (``pack4``): per block its fp16 ``d`` and the same 16 bytes of codes (ggml's block_q4_0, whose
+    ``w = d (q - 8)`` and nibble order ``pack4`` already follows); only the row layout differs."""
+    n, nb = packed.shape[0], k // QK
+    d = packed[:, : nb * 2].reshape(n, nb, 2)
+    codes = packed[:, scale_bytes(k):].reshape(n, nb, 16)
+    return torch.cat([d, codes], dim=2).reshape(n, nb * 18).contiguous()
 
-    bits = 4
-    _row_bytes = staticmethod(q4_row_bytes)
+
+class Q4Linear(GgufLinear):
+    """INT4 weights (``pack4``), for drafts: half the bytes per step of ``Q8Linear``. They are
+    ggml's Q4_0 numbers, so they run on the GGUF kernels as Q4_0 blocks (``q4_0_blocks``), in the
+    repacked layout where the kernels run AVX2 or AVX-512 VNNI (``gguf_linear.repack_blocks``:
+    16 output channels per vector, a token, a verification and a prefill alike); the kernels'
+    bits are the scalar Q4_0 reference's at every SIMD level. The repacked copy (from ``alloc``:
+    the loader's huge-page arena) is the only one kept: ``parts`` unrepacks it when asked (tests)."""
+
+    def __init__(self, packed: torch.Tensor, in_features: int, alloc: Alloc | None = None) -> None:
+        if (packed.dtype != torch.uint8 or packed.dim() != 2 or in_features <= 0 or in_features % QK
+                or packed.shape[1] != q4_row_bytes(in_features)):
+            raise ModelError(f"Q4 weight of shape {tuple(packed.shape)} and dtype {packed.dtype} does not fit "
+                             f"{in_features} input channels (expected uint8 [N, {q4_row_bytes(in_features)}], "
+                             f"input channels a multiple of {QK})")
+        blocks = q4_0_blocks(packed.cpu(), in_features)
+        super().__init__([GgufPart("int4", Q4_0, blocks)], in_features,
+                         **({} if alloc is None else {"alloc": alloc}))
+        self._rows = None if self.repacked else blocks  # the Q4_0 rows, where they are what runs
 
     @classmethod
     def from_float(cls, w: torch.Tensor) -> "Q4Linear":
         return cls(pack4(w), w.shape[1])
 
-    def _run(self, x: torch.Tensor, y: torch.Tensor, xq: torch.Tensor, xd: torch.Tensor) -> None:
-        n, k = x.shape
-        xs = torch.empty(n, k // QK, dtype=torch.int32)  # per row and block: the sum of its int8 codes
-        self.kernel.lib.q4_linear(self.packed.data_ptr(), self.out_features, k, x.data_ptr(), n,
-                                  y.data_ptr(), xq.data_ptr(), xd.data_ptr(), xs.data_ptr())
+    @property
+    def parts(self) -> list[GgufPart]:
+        rows = self._rows
+        if rows is None:
+            rows = unrepack_blocks(Q4_0, self.run[0][1], self.in_features)
+        return [GgufPart("int4", Q4_0, rows)]
+
+    @parts.setter
+    def parts(self, value: list[GgufPart]) -> None:  # GgufLinear.__init__'s assignment
+        self._rows = value[0].raw

@@ -1,8 +1,8 @@
 """specd's kernel library (``specd.models._kernels``, built by the package install from
-``models/csrc``: the INT8 and INT4 linears, the fused decoder layer, the GGUF block-format kernels),
+``models/csrc``: the INT8 linear, the fused decoder layer, the GGUF block-format kernels),
 loaded here through ctypes once its ABI version and signatures match ``ABI_VERSION`` and
 ``_SIGNATURES`` (see ``models/csrc/kernel_abi.h``). The Python faces of its kernels:
-``specd.models.int_linear`` (INT8, INT4), ``specd.models.gguf_linear`` (GGUF blocks),
+``specd.models.int_linear`` (INT8, and INT4 over the Q4_0 kernels), ``specd.models.gguf_linear`` (GGUF blocks),
 ``specd.models.fused_layers`` (a decoder layer in one call).
 """
 
@@ -25,11 +25,10 @@ log = logging.getLogger(__name__)
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 6
+ABI_VERSION = 7
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
-    "q4_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P, _P], None),
     "q8_quantize": ([_P, _I64, _I64, _P, _P], None),
     "q8_layer": ([_P, _P, _F32, _P, _I64, _I64, _P, _P, _P, _P, _P, _P], None),
     "q8_layer_scratch": ([_P, _I64], _I64),

@@ -7,8 +7,9 @@ Modes (``--target-quant`` / ``--draft-quant``; the lists are in :mod:`specd.mode
   block-wise int8 weights and activations, batch-invariant, weights read once for all rows);
   elsewhere on CPU ``Int8RowLinear`` (fbgemm, per-row activation scales, batch-invariant);
   bitsandbytes LLM.int8 on CUDA.
-- ``int4``: on an x86-64 CPU with AVX2, ``Q4Linear`` (specd's INT4 kernel: blocks of 32 with an
-  fp16 scale, int8 activations per block); elsewhere on CPU ``Int4Linear`` group-wise (group 64,
+- ``int4``: where specd's kernels build, ``Q4Linear`` (blocks of 32 with an fp16 scale, scales
+  searched by specd: ggml's Q4_0 numbers, run on the GGUF kernels' repacked Q4_0 layout; int8
+  activations per block); elsewhere on CPU ``Int4Linear`` group-wise (group 64,
   torch's kernel); bitsandbytes NF4 on CUDA.
 - ``gguf``: a GGUF file's own blocks as stored (Q4_0, Q5_0, Q8_0, Q4_K, Q6_K), on specd's kernels
   (``specd.models.gguf_linear``; the loader builds these layers, ``specd.models.gguf_model``,
@@ -40,6 +41,7 @@ from specd.models.decoder import HEAD_INPUT
 from specd.models.errors import ModelError
 from specd.models.fp8 import FP8Linear, quantize_fp8
 from specd.models.gpu import check_cuda_mode, cuda_linear_factory
+from specd.models.hugepages import HugePageArena, huge_pages_enabled
 from specd.models.modes import DENSE_QUANTS, GGUF_QUANT, TARGET_QUANTS
 from specd.models.quant import (
     DenseLinear,
@@ -119,6 +121,8 @@ class _QuantStore:
         self.expected = 0
         self.use_q8 = mode == "int8" and kernels.available()  # block-wise kernel: no outlier calibration needed
         self.use_q4 = mode == "int4" and kernels.available()
+        # Q4Linear's repacked copies: 2 MiB pages where the OS offers them (specd.models.hugepages)
+        self.arena = HugePageArena() if self.use_q4 and huge_pages_enabled() else None
         if path is not None and path.exists():
             try:
                 with safe_open(str(path), framework="pt") as f:
@@ -186,7 +190,7 @@ class _QuantStore:
         if self.use_q8:
             return int_linear.Q8Linear(t["p"], int(t["k"][0]))
         if self.use_q4:
-            return int_linear.Q4Linear(t["p4"], int(t["k"][0]))
+            return int_linear.Q4Linear(t["p4"], int(t["k"][0]), alloc=None if self.arena is None else self.arena.empty)
         if self.mode == "int8":
             return Int8RowLinear(t["q"], t["scale"], t.get("oidx"), t.get("ow"))
         if self.mode == "int4":

@@ -345,14 +345,17 @@ def test_portable_build_without_simd_gives_the_same_bits(tmp_path: Path) -> None
 
 
 # ---------------------------------------------------------------------------------------------
-# specd's repacked K-quant layout (16 rows interleaved per super-block, the AVX-512 VNNI kernels)
+# specd's repacked layouts of Q4_0 and the K-quants (16 rows interleaved per block, the AVX2 and
+# AVX-512 VNNI kernels)
+
+REPACKED = [T.Q4_0, T.Q4_K, T.Q6_K]
 
 
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
 def test_repacking_keeps_every_byte(qtype: T) -> None:
     """The repacked layout holds the same values: unrepacking gives the GGUF bytes back exactly,
     and its dequantization is gguf-py's."""
-    for k in (256, 1536):
+    for k in (256, 1536) if qtype != T.Q4_0 else (32, 896, 1536):
         raw = torch.from_numpy(random_blocks(qtype, 48, k, seed=k))
         kind, packed = repack_blocks(int(qtype), raw, k)
         assert kind != int(qtype) and packed.shape[0] == 48 and not torch.equal(packed, raw)
@@ -363,8 +366,9 @@ def test_repacking_keeps_every_byte(qtype: T) -> None:
         assert np.array_equal(bits(got), bits(want))
 
 
-def test_only_whole_groups_of_16_rows_of_k_quants_are_repacked() -> None:
-    for qtype, rows, repacked in ((T.Q4_K, 32, True), (T.Q6_K, 16, True), (T.Q4_K, 40, False), (T.Q8_0, 32, False)):
+def test_only_whole_groups_of_16_rows_of_repackable_formats_are_repacked() -> None:
+    for qtype, rows, repacked in ((T.Q4_K, 32, True), (T.Q6_K, 16, True), (T.Q4_0, 48, True), (T.Q4_K, 40, False),
+                                  (T.Q4_0, 40, False), (T.Q8_0, 32, False), (T.Q5_0, 32, False)):
         raw = torch.from_numpy(random_blocks(qtype, rows, 512, seed=rows))
         lin = GgufLinear.from_blocks("w", int(qtype), raw, 512, repack=True)
         assert lin.repacked is repacked
@@ -373,13 +377,16 @@ def test_only_whole_groups_of_16_rows_of_k_quants_are_repacked() -> None:
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda v: {0: "scalar", 2: "avx2", 3: "avx512"}[v])
-@pytest.mark.parametrize("qtype", [T.Q4_K, T.Q6_K], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", REPACKED, ids=lambda t: t.name)
 def test_repacked_layout_equals_the_reference_for_every_row_count(qtype: T, level: int) -> None:
     """The repacked kernels (AVX-512 VNNI: 16 output columns per vector, tiles of up to 8 rows;
-    below it, each group unpacked to the GGUF path) give every row the scalar reference's bits on
-    the GGUF blocks, for 1..20 rows, a prefill chunk and more than one row block, narrow and wide
-    (8960: the target's ffn_down) inputs, and the same bits as the GGUF layout."""
-    for k, cols in ((768, 48), (8960, 32)):
+    AVX2: two halves of 8 columns, tiles of up to 4; below it, each group unpacked to the GGUF
+    path) give every row the scalar reference's bits on the GGUF blocks, for 1..20 rows, a prefill
+    chunk and more than one row block, narrow and wide (8960: the target's ffn_down) inputs, and
+    the same bits as the GGUF layout. Q4_0 also at 896 (the 0.5B draft's width: 28 blocks, not a
+    whole number of its 8 float lanes' rounds)."""
+    shapes = ((768, 48), (8960, 32)) + (((896, 64), (4864, 16)) if qtype == T.Q4_0 else ())
+    for k, cols in shapes:
         raw = torch.from_numpy(random_blocks(qtype, cols, k, seed=k + cols))
         packed = GgufLinear.from_blocks("w", int(qtype), raw, k, repack=True)
         plain = GgufLinear.from_blocks("w", int(qtype), raw, k, repack=False)
@@ -401,9 +408,10 @@ def test_repacked_layout_is_batch_and_thread_invariant() -> None:
     k = 1536
     parts = [GgufPart("gate", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 208, k, 1))),
              GgufPart("up", int(T.Q6_K), torch.from_numpy(random_blocks(T.Q6_K, 96, k, 2))),
-             GgufPart("odd", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 24, k, 3)))]
+             GgufPart("odd", int(T.Q4_K), torch.from_numpy(random_blocks(T.Q4_K, 24, k, 3))),
+             GgufPart("q4_0", int(T.Q4_0), torch.from_numpy(random_blocks(T.Q4_0, 32, k, 4)))]
     lin = GgufLinear(parts, k, repack=True)
-    assert [t & 0x100 != 0 for t, _ in lin.run] == [True, True, False]
+    assert [t & 0x100 != 0 for t, _ in lin.run] == [True, True, False, True]
     x = torch.randn(40, k, generator=torch.Generator().manual_seed(5))
     alone = torch.cat([lin(x[i : i + 1]) for i in range(40)])
     assert np.array_equal(bits(lin(x)), bits(alone))

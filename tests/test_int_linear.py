@@ -9,6 +9,7 @@ import torch
 
 from specd.models import int_linear, kernels
 from specd.models.errors import ModelError
+from specd.models.gguf_linear import dequantize, repacks_here
 
 pytestmark = pytest.mark.skipif(kernels.unavailable() is not None, reason=str(kernels.unavailable()))
 
@@ -119,15 +120,33 @@ def _reference4(x: torch.Tensor, packed: torch.Tensor, k: int) -> torch.Tensor:
     return (dots * xd.double()[:, None, :] * wd.double()[None]).sum(-1)
 
 
-@pytest.mark.parametrize("n_out,k", [(96, 128), (70, 96), (33, 288), (40, 896)])
+@pytest.mark.parametrize("n_out,k", [(96, 128), (70, 96), (33, 288), (40, 896), (64, 896)])
 def test_q4_matches_reference(n_out: int, k: int) -> None:
     w = torch.randn(n_out, k, generator=G) / 10
     x = torch.randn(11, k, generator=G)
-    layer = int_linear.Q4Linear.from_float(w)
-    ref = _reference4(x, layer.packed, k)
+    packed = int_linear.pack4(w)
+    layer = int_linear.Q4Linear(packed, k)
+    assert layer.repacked is (repacks_here() and n_out % 16 == 0)  # whole groups of 16 rows repack
+    ref = _reference4(x, packed, k)
     assert float((layer(x).double() - ref).abs().max()) <= 1e-5 * float(ref.abs().max())
     exact = x.double() @ w.double().t()
     assert float((layer(x).double() - exact).norm() / exact.norm()) < 0.15  # 4-bit weights
+
+
+def test_q4_weights_are_q4_0_blocks_of_the_same_numbers() -> None:
+    """Q4Linear runs the GGUF kernels' Q4_0 blocks: their dequantization (gguf-py's numbers) is
+    exactly d (q - 8) of the INT4 packing, and the layer keeps one copy of the weights (the
+    repacked one where it repacks; ``parts`` unrepacks it to the same Q4_0 bytes)."""
+    w = torch.randn(48, 896, generator=G) / 10
+    packed = int_linear.pack4(w)
+    wq, wd = int_linear.unpack4(packed, 896)
+    blocks = int_linear.q4_0_blocks(packed, 896)
+    want = wq.float() * wd.repeat_interleave(32, 1)
+    assert torch.equal(dequantize(2, blocks, 896), want)
+    layer = int_linear.Q4Linear(packed, 896)
+    assert torch.equal(layer.parts[0].raw, blocks)
+    assert torch.equal(layer.dequantize(), want)
+    assert layer.nbytes() == blocks.nbytes  # the bytes the kernels read: one copy
 
 
 def test_q4_pack_roundtrip_error_bound() -> None:

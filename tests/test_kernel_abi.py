@@ -108,14 +108,14 @@ def test_changed_signature_is_a_clear_error(tmp_path: Path) -> None:
     """Same version number, but one function takes an argument fewer and q8_layer's dims table
     lost an entry: both named, with the rebuild command."""
     table = kernels.signature_table()
-    table["q4_linear"] = table["q4_linear"].replace(",p)->void", ")->void")
+    table["q8_linear"] = table["q8_linear"].replace(",p)->void", ")->void")
     table["q8_layer_dims"] = table["q8_layer_dims"].replace(",bits", "")
     stub = _stub(tmp_path, kernels.ABI_VERSION, ";".join(table.values()))
     with pytest.raises(KernelABIError) as e:
         kernels._Kernel(stub)
     msg = str(e.value)
-    assert "q4_linear: library 'q4_linear(p,i64,i64,p,i64,p,p,p)->void'" in msg
-    assert "q8_layer_dims" in msg and "q8_linear:" not in msg
+    assert "q8_linear: library 'q8_linear(p,i64,i64,p,i64,p,p)->void'" in msg
+    assert "q8_layer_dims" in msg and "q8_quantize:" not in msg
     assert "pip install -e ." in msg
 
 

@@ -1,5 +1,5 @@
 /* One Qwen2/Llama decoder layer over n new tokens, in C, its linear layers through specd's INT8
- * or INT4 kernel (q8_linear / q4_linear in int_linear.c) or a GGUF file's own blocks
+ * kernel (q8_linear in int_linear.c) or GGUF blocks (a file's own, or specd's INT4 as Q4_0)
  * (gg_linear_parts in gguf_dispatch.c): what models/decoder.py's Python loop does per layer, without
  * the ~40 small torch ops per layer that cost a 28-layer model ~25 ms per step on two cores.
  *
@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "avx2.h"
-#include "kernel_abi.h" /* q8_linear, q4_linear, the dims[] / weights[] indices (D_*, W_*) */
+#include "kernel_abi.h" /* q8_linear, gg_linear_parts, the dims[] / weights[] indices (D_*, W_*) */
 #include "profile.h"
 
 
@@ -141,22 +141,20 @@ static int64_t widest_input(const int64_t *d) {
 }
 
 /* floats of scratch for n rows: h, qkv, attn, gate_up, act, y, then the linears' activations
- * (int8 values, a float scale per block and, for INT4, an int32 sum per block; for GGUF part
- * tables, gg_linear_parts' bytes at the widest input, which cover every narrower one) */
+ * (INT8: int8 values and a float scale per block; GGUF part tables: gg_linear_parts' bytes at
+ * the widest input, which cover every narrower one) */
 int64_t q8_layer_scratch(const int64_t *d, int64_t n) {
     const int64_t H = d[D_H], qd = d[D_NH] * d[D_HD], kvd = d[D_NKV] * d[D_HD], I = d[D_I];
     const int64_t kmax = widest_input(d), blocks = n * kmax / 32;
     const int64_t acts = d[D_BITS] == 0 ? (gg_parts_act_bytes(kmax / 256 * 256 + 256, n) + 3) / 4
-                                        : n * kmax / 4 + blocks + (d[D_BITS] == 4 ? blocks : 0);
+                                        : n * kmax / 4 + blocks;
     return n * (H + (qd + 2 * kvd) + qd + 2 * I + I + H) + acts + 64;
 }
 
 static void linear(int64_t bits, const void *w, int64_t N, int64_t k, const float *x, int64_t n,
-                   float *y, int8_t *xq, float *xd, int32_t *xs) {
+                   float *y, int8_t *xq, float *xd) {
     if (bits == 0)
         gg_linear_parts((const int64_t *)w, k, x, n, y, (uint8_t *)xq);
-    else if (bits == 4)
-        q4_linear((const uint8_t *)w, N, k, x, n, y, xq, xd, xs);
     else
         q8_linear((const uint8_t *)w, N, k, x, n, y, xq, xd);
 }
@@ -171,7 +169,6 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     float *act = gu + n * 2 * I, *y = act + n * I;
     int8_t *xq = (int8_t *)(y + n * H);
     float *xd = (float *)(xq + n * kmax);
-    int32_t *xs = (int32_t *)(xd + n * kmax / 32);
     const int64_t bits = d[D_BITS];
     const float *bias = (const float *)w[W_QKV_BIAS];
     /* profiling: each lap adds the time since the previous one to a phase (profile.h) */
@@ -187,7 +184,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
 
     for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_IN_NORM], H, eps, h + i * H);
     LAP(P_LAYER_OTHER);
-    linear(bits, w[W_QKV], qkvd, H, h, n, qkv, xq, xd, xs);
+    linear(bits, w[W_QKV], qkvd, H, h, n, qkv, xq, xd);
     LAP(P_MATMUL);
     for (int64_t i = 0; i < n; i++) {
         float *r = qkv + i * qkvd;
@@ -230,12 +227,12 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     }
     LAP(P_ATTENTION);
 
-    linear(bits, w[W_O], H, qd, attn, n, y, xq, xd, xs);
+    linear(bits, w[W_O], H, qd, attn, n, y, xq, xd);
     LAP(P_MATMUL);
     for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
     for (int64_t i = 0; i < n; i++) rms_norm(x + i * H, (const float *)w[W_POST_NORM], H, eps, h + i * H);
     LAP(P_LAYER_OTHER);
-    linear(bits, w[W_GU], 2 * I, H, h, n, gu, xq, xd, xs);
+    linear(bits, w[W_GU], 2 * I, H, h, n, gu, xq, xd);
     LAP(P_MATMUL);
     for (int64_t i = 0; i < n; i++) {
         const float *gate = gu + i * 2 * I, *up = gate + I;
@@ -248,7 +245,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
         }
     }
     LAP(P_LAYER_OTHER);
-    linear(bits, w[W_DOWN], H, I, act, n, y, xq, xd, xs);
+    linear(bits, w[W_DOWN], H, I, act, n, y, xq, xd);
     LAP(P_MATMUL);
     for (int64_t j = 0; j < n * H; j++) x[j] += y[j];
     LAP(P_LAYER_OTHER);

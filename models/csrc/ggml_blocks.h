@@ -44,11 +44,15 @@ _Static_assert(sizeof(block_q4_K) == 144, "Q4_K block: 144 bytes");
 _Static_assert(sizeof(block_q6_K) == 210, "Q6_K block: 210 bytes");
 _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block: 292 bytes");
 
-/* specd's own repacked layouts of the K-quants (not GGUF's; built once at load by gg_repack for
- * the AVX2 and AVX-512 VNNI kernels, where the CPU has them): the rows of a tensor in groups of 16, each
- * group's super-blocks one after another, super-block i of group g at (g * nsb + i) * bytes. In one
- * such super-block, "col c" is row 16 g + c of the tensor and a "vector" is 64 bytes, byte 4 c + e
- * of it belonging to col c (so int32 lane c of a 512-bit register is col c):
+/* specd's own repacked layouts of Q4_0 and the K-quants (not GGUF's; built once at load by
+ * gg_repack for the AVX2 and AVX-512 VNNI kernels, where the CPU has them): the rows of a tensor in
+ * groups of 16, each group's blocks (Q4_0: of 32 elements; K-quants: super-blocks of 256) one after
+ * another, block i of group g at (g * nsb + i) * bytes. In one such block, "col c" is row 16 g + c
+ * of the tensor and a "vector" is 64 bytes, byte 4 c + e of it belonging to col c (so int32 lane c
+ * of a 512-bit register is col c):
+ *   Q4_0_X16 (288 bytes): vectors v[h] (h < 4): byte 4c+e = qs[4h + e] of col c's block (the code of
+ *            element 4h + e in the low nibble, of element 16 + 4h + e in the high one); then d[c]
+ *            (fp16, 32 bytes)
  *   Q4_K_X16 (2368 bytes): vectors v[s][h] (s < 8 sub-blocks, h < 4): byte 4c+e = code of element
  *            32s + 4h + e (low nibble) | code of element 32s + 16 + 4h + e (high nibble); then
  *            sc[s][c] (uint8, 128 bytes), m[p][c][2] = (m[2p][c], m[2p+1][c]) (uint8, 128 bytes),
@@ -59,10 +63,12 @@ _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block: 292 bytes");
  *            at bits 0, 2, 4, 6; then sc[s][c] (int8, 256 bytes), d[c] (fp16, 32 bytes)
  * The same values as the GGUF blocks, byte for byte recoverable (gg_unrepack). */
 #define GG_X16 0x100
-enum { GG_Q4_K_X16 = GG_X16 | GG_Q4_K, GG_Q6_K_X16 = GG_X16 | GG_Q6_K };
+enum { GG_Q4_0_X16 = GG_X16 | GG_Q4_0, GG_Q4_K_X16 = GG_X16 | GG_Q4_K, GG_Q6_K_X16 = GG_X16 | GG_Q6_K };
+#define X16_Q4_0_BYTES 288
 #define X16_Q4_K_BYTES 2368
 #define X16_Q6_K_BYTES 3360
-/* byte offsets inside one repacked super-block (the code vectors start at 0) */
+/* byte offsets inside one repacked block (the code vectors start at 0) */
+enum { X16_Q4_0_D = 256 };
 enum { X16_Q4_K_SC = 2048, X16_Q4_K_MIN = 2176, X16_Q4_K_D = 2304, X16_Q4_K_DMIN = 2336 };
 enum { X16_Q6_K_HI = 2048, X16_Q6_K_SC = 3072, X16_Q6_K_D = 3328 };
 

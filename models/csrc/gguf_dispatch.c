@@ -45,6 +45,7 @@ static const gg_traits traits[] = {
     {GG_Q4_K, QK_K, sizeof(block_q4_K), GG_ACT_Q8_K, gg_dequantize_q4_K, gg_dot_q4_K_ref, QUANTIZE_Q8_K, GEMM_K},
     {GG_Q6_K, QK_K, sizeof(block_q6_K), GG_ACT_Q8_K, gg_dequantize_q6_K, gg_dot_q6_K_ref, QUANTIZE_Q8_K, GEMM_K},
     /* repacked (ggml_blocks.h): a row's share of its group of 16 */
+    {GG_Q4_0_X16, QK32, X16_Q4_0_BYTES / 16, GG_ACT_A32, NULL, NULL, QUANTIZE_A32, GEMM_X16},
     {GG_Q4_K_X16, QK_K, X16_Q4_K_BYTES / 16, GG_ACT_Q8_K, NULL, NULL, QUANTIZE_Q8_K, GEMM_X16},
     {GG_Q6_K_X16, QK_K, X16_Q6_K_BYTES / 16, GG_ACT_Q8_K, NULL, NULL, QUANTIZE_Q8_K, GEMM_X16},
 };

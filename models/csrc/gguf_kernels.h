@@ -30,13 +30,14 @@
  * Paths, chosen per call at run time (gg_simd): the scalar reference, AVX2 (the build's baseline
  * on x86-64) and AVX-512 F/BW/VL/DQ + VNNI where the CPU has it (SPECD_GG_SIMD caps the choice).
  *
- * Repacked K-quants (GG_Q4_K_X16, GG_Q6_K_X16; layouts in ggml_blocks.h): gg_repack copies a
- * tensor once (at load) into groups of 16 rows interleaved per super-block, so that int32 lane c of
- * a vector is output column c: one vpdpbusd (AVX-512 VNNI; vpmaddubsw + vpmaddwd on AVX2) per 4
- * elements of 16 columns against the activation's 4 codes broadcast, each sub-block's integer sum
- * scaled per column, and no horizontal reduction. The integer sums are the same exact numbers and
- * the float steps per (row, column) the reference's, so the repacked paths give the GGUF layout's
- * bits too (gg_gemm_ref on a repacked type unpacks and runs the reference).
+ * Repacked Q4_0 and K-quants (GG_Q4_0_X16, GG_Q4_K_X16, GG_Q6_K_X16; layouts in ggml_blocks.h):
+ * gg_repack copies a tensor once (at load) into groups of 16 rows interleaved per block, so that
+ * int32 lane c of a vector is output column c: one vpdpbusd (AVX-512 VNNI; vpmaddubsw + vpmaddwd on
+ * AVX2) per 4 elements of 16 columns against the activation's 4 codes broadcast, each (sub-)block's
+ * integer sum scaled per column, and no horizontal reduction. The integer sums are the same exact
+ * numbers and the float steps per (row, column) the reference's (Q4_0: its eight float lanes, one
+ * vector per lane per row), so the repacked paths give the GGUF layout's bits too (gg_gemm_ref on
+ * a repacked type unpacks and runs the reference).
  * Threads: OpenMP over output columns, sharing torch's pool as the other kernels (threads.c).
  * Without AVX2 at compile time (another architecture) the scalar reference runs.
  *
@@ -50,7 +51,7 @@
  *   gguf_x86.h       x86 SIMD helpers the AVX2, AVX-512 and repacked kernels share
  *   gguf_avx2.c      AVX2: activation quantization, per format the dot-product tiles, their gemm
  *   gguf_avx512.c    AVX-512 VNNI: per format the dot-product tiles, their gemm
- *   gguf_repack.c    the repacked K-quant layouts: repack / unrepack, their AVX2 and AVX-512
+ *   gguf_repack.c    the repacked layouts (Q4_0, K-quants): repack / unrepack, their AVX2 and AVX-512
  *                    tiles, their gemm
  *   gguf_dispatch.c  the traits table, SIMD level choice and the exported entry points (gg_*)
  *
@@ -82,6 +83,9 @@ enum { GG_LEVEL_SCALAR = 0, GG_LEVEL_AVX2 = 2, GG_LEVEL_AVX512 = 3 };
 static inline int is_x16(int type) { return (type & GG_X16) != 0; }
 static inline int base_type(int type) { return type & ~GG_X16; }
 static inline int is_k_quant(int type) { return base_type(type) == GG_Q4_K || base_type(type) == GG_Q6_K; }
+/* the formats with a repacked layout (ggml_blocks.h), and the elements of one of its blocks */
+static inline int has_x16(int type) { return is_k_quant(type) || base_type(type) == GG_Q4_0; }
+static inline int64_t x16_unit(int type) { return base_type(type) == GG_Q4_0 ? QK32 : QK_K; }
 
 /* tiling of the gemms: rows of activations per tile, weight rows per chunk, rows per block */
 #define ROW_TILE 4   /* activation rows that share each decoded weight block */

@@ -1,4 +1,4 @@
-/* specd's repacked K-quant layouts (ggml_blocks.h: GG_Q4_K_X16, GG_Q6_K_X16; llama.cpp's
+/* specd's repacked layouts (ggml_blocks.h: GG_Q4_0_X16, GG_Q4_K_X16, GG_Q6_K_X16; llama.cpp's
  * ggml-cpu/repack.cpp is the model): repacking and unpacking (scalar, exact both ways), and the
  * AVX2 and AVX-512 VNNI tiles over them with their gemm; below AVX2 a repacked weight is unpacked
  * group by group and run by the reference. The same bits as the GGUF layout. */
@@ -10,7 +10,24 @@
 #include "gguf_x86.h"
 
 /* ---------------------------------------------------------------------------------------- */
-/* repacked K-quants (layouts: ggml_blocks.h), scalar, both directions                        */
+/* repacked layouts (ggml_blocks.h), scalar, both directions                                  */
+
+/* block i of 16 GGUF Q4_0 rows (rows[c], c < 16) -> its repacked bytes at g */
+static void repack_q4_0(const block_q4_0 *const *rows, int64_t i, uint8_t *g) {
+    for (int c = 0; c < 16; c++) {
+        const block_q4_0 *b = rows[c] + i;
+        for (int h = 0; h < 4; h++) memcpy(g + 64 * h + 4 * c, b->qs + 4 * h, 4);
+        memcpy(g + X16_Q4_0_D + 2 * c, &b->d, 2);
+    }
+}
+
+static void unrepack_q4_0(const uint8_t *g, int64_t i, block_q4_0 *const *rows) {
+    for (int c = 0; c < 16; c++) {
+        block_q4_0 *b = rows[c] + i;
+        for (int h = 0; h < 4; h++) memcpy(b->qs + 4 * h, g + 64 * h + 4 * c, 4);
+        memcpy(&b->d, g + X16_Q4_0_D + 2 * c, 2);
+    }
+}
 
 /* the 4-bit code of element e of a Q4_K block (dequantize_q4_K's order) */
 static inline int q4_K_code(const block_q4_K *b, int e) {
@@ -108,40 +125,52 @@ static void unrepack_q6_K(const uint8_t *g, int64_t i, block_q6_K *const *rows) 
     }
 }
 
-/* bytes of one repacked super-block of 16 rows of `type` (a repacked type or its base) */
-static int64_t x16_bytes(int type) { return base_type(type) == GG_Q4_K ? X16_Q4_K_BYTES : X16_Q6_K_BYTES; }
+/* bytes of one repacked block of 16 rows of `type` (a repacked type or its base) */
+static int64_t x16_bytes(int type) {
+    return base_type(type) == GG_Q4_0 ? X16_Q4_0_BYTES : base_type(type) == GG_Q4_K ? X16_Q4_K_BYTES : X16_Q6_K_BYTES;
+}
 
-/* N rows x k of `type` (GG_Q4_K or GG_Q6_K, as GGUF stores them) at w -> the repacked layout of
- * the same values at out (N * gg_row_bytes(type | GG_X16, k) bytes); -1 unless N is a multiple of
- * 16 and the type a K-quant fitting k */
+/* block i of the 16 rows -> the repacked bytes at g, by format */
+static void repack_block(int type, const uint8_t *const *rows, int64_t i, uint8_t *g) {
+    switch (base_type(type)) {
+    case GG_Q4_0: repack_q4_0((const block_q4_0 *const *)rows, i, g); break;
+    case GG_Q4_K: repack_q4_K((const block_q4_K *const *)rows, i, g); break;
+    default: repack_q6_K((const block_q6_K *const *)rows, i, g); break;
+    }
+}
+
+static void unrepack_block(int type, const uint8_t *g, int64_t i, uint8_t *const *rows) {
+    switch (base_type(type)) {
+    case GG_Q4_0: unrepack_q4_0(g, i, (block_q4_0 *const *)rows); break;
+    case GG_Q4_K: unrepack_q4_K(g, i, (block_q4_K *const *)rows); break;
+    default: unrepack_q6_K(g, i, (block_q6_K *const *)rows); break;
+    }
+}
+
+/* N rows x k of `type` (GG_Q4_0, GG_Q4_K or GG_Q6_K, as GGUF stores them) at w -> the repacked
+ * layout of the same values at out (N * gg_row_bytes(type | GG_X16, k) bytes); -1 unless N is a
+ * multiple of 16 and the type one with a repacked layout fitting k */
 int gg_repack(int type, const uint8_t *w, int64_t N, int64_t k, uint8_t *out) {
-    const int64_t rb = gg_row_bytes(type, k), nsb = k / QK_K;
-    if (is_x16(type) || !is_k_quant(type) || rb < 0 || N < 0 || N % 16) return -1;
+    if (is_x16(type) || !has_x16(type)) return -1;
+    const int64_t rb = gg_row_bytes(type, k), nsb = k / x16_unit(type);
+    if (rb < 0 || N < 0 || N % 16) return -1;
     const int64_t gb = x16_bytes(type);
 #pragma omp parallel for num_threads(specd_team_size()) if (N * k >= (1 << 20))
     for (int64_t g = 0; g < N / 16; g++) {
         const uint8_t *rows[16];
         for (int c = 0; c < 16; c++) rows[c] = w + (16 * g + c) * rb;
-        for (int64_t i = 0; i < nsb; i++) {
-            uint8_t *o = out + (g * nsb + i) * gb;
-            if (type == GG_Q4_K) repack_q4_K((const block_q4_K *const *)rows, i, o);
-            else repack_q6_K((const block_q6_K *const *)rows, i, o);
-        }
+        for (int64_t i = 0; i < nsb; i++) repack_block(type, rows, i, out + (g * nsb + i) * gb);
     }
     return 0;
 }
 
 /* groups g0 .. g1 - 1 of a repacked `type` at w (rows 16 g0 .. 16 g1 - 1) -> their GGUF rows at out */
 static void unrepack_groups(int type, const uint8_t *w, int64_t k, int64_t g0, int64_t g1, uint8_t *out) {
-    const int64_t nsb = k / QK_K, gb = x16_bytes(type), rb = gg_row_bytes(base_type(type), k);
+    const int64_t nsb = k / x16_unit(type), gb = x16_bytes(type), rb = gg_row_bytes(base_type(type), k);
     for (int64_t g = g0; g < g1; g++) {
         uint8_t *rows[16];
         for (int c = 0; c < 16; c++) rows[c] = out + ((g - g0) * 16 + c) * rb;
-        for (int64_t i = 0; i < nsb; i++) {
-            const uint8_t *x = w + (g * nsb + i) * gb;
-            if (base_type(type) == GG_Q4_K) unrepack_q4_K(x, i, (block_q4_K *const *)rows);
-            else unrepack_q6_K(x, i, (block_q6_K *const *)rows);
-        }
+        for (int64_t i = 0; i < nsb; i++) unrepack_block(type, w + (g * nsb + i) * gb, i, rows);
     }
 }
 
@@ -326,6 +355,65 @@ GG_T512 static void x16_run512(int type, int R, const uint8_t *wg, int64_t nsb, 
     }
 }
 
+/* Q4_0_X16: group (nb repacked blocks at w) against R rows (R <= 8) of A32 activations xr[j]
+ * (gguf_kernels.h A32_*); the reference's eight float lanes per column, block b into lane b % 8,
+ * one vector per (row, lane): lane[j][t] column c is row j's lane t of column c. Per block and row
+ * eight vpdpbusd (low and high nibbles, two chains), minus 8 * the row's code sum (the codes' -8
+ * offset), then the reference's fma. out[16 j + c] = row j's output of column c. */
+GG_T512 static inline __attribute__((always_inline)) void x16_q4_0(const int R, const uint8_t *w, int64_t nb,
+                                                                   const uint8_t *const *xr, float *out) {
+    const __m512i m4 = _mm512_set1_epi8(0xF);
+    __m512 lane[8][8];
+    for (int j = 0; j < R; j++)
+        for (int t = 0; t < 8; t++) lane[j][t] = _mm512_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            const int64_t b = b0 + t;
+            if (b >= nb) break;
+            const uint8_t *g = w + b * X16_Q4_0_BYTES;
+            prefetch_span(g, X16_Q4_0_BYTES);
+            __m512i lo[4], hi[4];
+            for (int h = 0; h < 4; h++) {
+                const __m512i v = _mm512_loadu_si512((const void *)(g + 64 * h));
+                lo[h] = _mm512_and_si512(v, m4);
+                hi[h] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            const __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(g + X16_Q4_0_D)));
+            for (int j = 0; j < R; j++) {
+                const int8_t *q = A32_Q(xr[j], nb) + b * QK32;
+                __m512i s = _mm512_setzero_si512(), s2 = _mm512_setzero_si512();
+                for (int h = 0; h < 4; h++) {
+                    s = dpbusd_b4(s, lo[h], q + 4 * h);
+                    s2 = dpbusd_b4(s2, hi[h], q + 16 + 4 * h);
+                }
+                const __m512i isum = _mm512_sub_epi32(_mm512_add_epi32(s, s2), _mm512_set1_epi32(A32_S(xr[j], nb)[b] << 3));
+                lane[j][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dw, _mm512_set1_ps(A32_D(xr[j], nb)[b])),
+                                             lane[j][t]);
+            }
+        }
+    }
+    for (int j = 0; j < R; j++) { /* hsum8_ref's order: ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7)) */
+        const __m512 *l = lane[j];
+        _mm512_storeu_ps(out + 16 * j, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                                     _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7]))));
+    }
+}
+
+/* one tile of R rows (R <= 8) of A32 activations against one group of 16 Q4_0_X16 columns */
+GG_T512 static void x16_q4_0_run512(int R, const uint8_t *wg, int64_t nb, const uint8_t *const *x, float *out) {
+    switch (R) {
+    case 8: x16_q4_0(8, wg, nb, x, out); break;
+    case 7: x16_q4_0(7, wg, nb, x, out); break;
+    case 6: x16_q4_0(6, wg, nb, x, out); break;
+    case 5: x16_q4_0(5, wg, nb, x, out); break;
+    case 4: x16_q4_0(4, wg, nb, x, out); break;
+    case 3: x16_q4_0(3, wg, nb, x, out); break;
+    case 2: x16_q4_0(2, wg, nb, x, out); break;
+    default: x16_q4_0(1, wg, nb, x, out); break;
+    }
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* AVX2 over the repacked K-quants: each group of 16 columns as two halves of 8 (int32 lane c of  */
 /* a 256-bit vector is column 8 hf + c), tiles of up to 4 rows. Without VNNI the products go     */
@@ -469,11 +557,91 @@ static void x16_run_avx2(int type, int R, const uint8_t *wg, int64_t nsb, const 
     }
 }
 
+/* Q4_0_X16 at AVX2, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= 4); out[16 j + c] as
+ * x16_q4_0. A block's eight vpmaddubsw products add in int16 (|.| <= 8 * 2 * 15 * 127 = 30480),
+ * then one vpmaddwd by ones gives each column's exact int32 sum. */
+static inline __attribute__((always_inline)) void x16_q4_0_avx2(const int R, const uint8_t *w, int64_t nb, int hf,
+                                                                const uint8_t *const *xr, float *out) {
+    const __m256i m4 = _mm256_set1_epi8(0xF), ones = _mm256_set1_epi16(1);
+    __m256 lane[4][8];
+    for (int j = 0; j < R; j++)
+        for (int t = 0; t < 8; t++) lane[j][t] = _mm256_setzero_ps();
+    for (int64_t b0 = 0; b0 < nb; b0 += 8) {
+#pragma GCC unroll 8
+        for (int t = 0; t < 8; t++) {
+            const int64_t b = b0 + t;
+            if (b >= nb) break;
+            const uint8_t *g = w + b * X16_Q4_0_BYTES;
+            if (hf == 0) prefetch_span(g, X16_Q4_0_BYTES);
+            __m256i lo[4], hi[4];
+            for (int h = 0; h < 4; h++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(g + 64 * h + 32 * hf));
+                lo[h] = _mm256_and_si256(v, m4);
+                hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+            }
+            const __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(g + X16_Q4_0_D + 16 * hf)));
+            for (int j = 0; j < R; j++) {
+                const int8_t *q = A32_Q(xr[j], nb) + b * QK32;
+                __m256i p = _mm256_setzero_si256();
+                for (int h = 0; h < 4; h++) {
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(lo[h], bcast4_256(q + 4 * h)));
+                    p = _mm256_add_epi16(p, _mm256_maddubs_epi16(hi[h], bcast4_256(q + 16 + 4 * h)));
+                }
+                const __m256i isum = _mm256_sub_epi32(_mm256_madd_epi16(p, ones), _mm256_set1_epi32(A32_S(xr[j], nb)[b] << 3));
+                lane[j][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dw, _mm256_set1_ps(A32_D(xr[j], nb)[b])),
+                                             lane[j][t]);
+            }
+        }
+    }
+    for (int j = 0; j < R; j++) {
+        const __m256 *l = lane[j];
+        _mm256_storeu_ps(out + 16 * j + 8 * hf,
+                         _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(l[0], l[4]), _mm256_add_ps(l[2], l[6])),
+                                       _mm256_add_ps(_mm256_add_ps(l[1], l[5]), _mm256_add_ps(l[3], l[7]))));
+    }
+}
+
+static void x16_q4_0_run_avx2(int R, const uint8_t *wg, int64_t nb, const uint8_t *const *x, float *out) {
+    for (int hf = 0; hf < 2; hf++) switch (R) {
+        case 4: x16_q4_0_avx2(4, wg, nb, hf, x, out); break;
+        case 3: x16_q4_0_avx2(3, wg, nb, hf, x, out); break;
+        case 2: x16_q4_0_avx2(2, wg, nb, hf, x, out); break;
+        default: x16_q4_0_avx2(1, wg, nb, hf, x, out); break;
+        }
+}
+
+/* the gemm of Q4_0_X16 (A32 activations), as gemm_x16 below */
+static void gemm_x16_q4_0(const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y, int64_t ldy,
+                          int64_t o0, int64_t o1, int level) {
+    const int64_t nb = k / QK32, gbytes = nb * X16_Q4_0_BYTES, arb = nb * 8 + k, most = level >= GG_LEVEL_AVX512 ? 8 : 4;
+    for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
+        const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
+        const uint8_t *xr[ROW_BLOCK];
+        for (int64_t r = 0; r < rows; r++) xr[r] = act + (b0 + r) * arb;
+        const int64_t tiles = (rows + most - 1) / most;
+        for (int64_t o = o0; o < o1; o += 16) {
+            const uint8_t *wg = w + o / 16 * gbytes;
+            for (int64_t t = 0; t < tiles; t++) {
+                const int64_t r0 = tile_start(rows, tiles, t);
+                const int R = (int)(tile_start(rows, tiles, t + 1) - r0);
+                float out[8 * 16];
+                if (level >= GG_LEVEL_AVX512) x16_q4_0_run512(R, wg, nb, xr + r0, out);
+                else x16_q4_0_run_avx2(R, wg, nb, xr + r0, out);
+                for (int j = 0; j < R; j++) memcpy(y + (b0 + r0 + j) * ldy + o, out + 16 * j, 16 * sizeof(float));
+            }
+        }
+    }
+}
+
 /* output columns o0 .. o1 - 1 (multiples of 16) of all n rows over a repacked type: per block of
  * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (AVX-512) or 4
  * (AVX2), as even as possible, while the group's weights stay in cache */
 static void gemm_x16(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y, int64_t ldy,
                      int64_t o0, int64_t o1, int level) {
+    if (base_type(type) == GG_Q4_0) {
+        gemm_x16_q4_0(w, k, act, n, y, ldy, o0, o1, level);
+        return;
+    }
     const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type), most = level >= GG_LEVEL_AVX512 ? 8 : 4;
     const int q4k = base_type(type) == GG_Q4_K;
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {

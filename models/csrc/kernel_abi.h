@@ -19,7 +19,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 6
+#define SPECD_KERNEL_ABI_VERSION 7
 
 /* SPECD_KERNEL_ABI(FN, TABLE), in the text's order:
  *   FN(ret, name, params): ret one of KR_VOID, KR_I32, KR_I64, KR_P(c type); params a sequence
@@ -27,23 +27,21 @@
  *   TABLE(name, type code, count, entries): entries a sequence of KA_IDX(enum constant, text name),
  *     the constants 0, 1, ... in order, then `count` (the number of entries). */
 #define SPECD_KERNEL_ABI(FN, TABLE)                                                              \
-    /* int_linear.c: the INT8 and INT4 linears; threads.c: their threads */                    \
+    /* int_linear.c: the INT8 linear; threads.c: the kernels' threads */                       \
     FN(KR_VOID, q8_linear, KA_P(const uint8_t *w) KA_I64(N) KA_I64(k) KA_P(const float *x) KA_I64(n) \
        KA_P(float *y) KA_P(int8_t *xq) KA_P(float *xd))                                          \
-    FN(KR_VOID, q4_linear, KA_P(const uint8_t *w) KA_I64(N) KA_I64(k) KA_P(const float *x) KA_I64(n) \
-       KA_P(float *y) KA_P(int8_t *xq) KA_P(float *xd) KA_P(int32_t *xs))                        \
     FN(KR_VOID, q8_quantize, KA_P(const float *x) KA_I64(n) KA_I64(k) KA_P(int8_t *q) KA_P(float *d)) \
     /* decoder_layer.c: one decoder layer */                                                     \
     FN(KR_VOID, q8_layer, KA_P(const void *const *w) KA_P(const int64_t *d) KA_F32(eps) KA_P(float *x) \
        KA_I64(n) KA_I64(start) KA_P(float *kc) KA_P(float *vc) KA_P(const float *cos)            \
        KA_P(const float *sin) KA_P(const uint8_t *mask) KA_P(float *scratch))                    \
     FN(KR_I64, q8_layer_scratch, KA_P(const int64_t *d) KA_I64(n))                               \
-    /* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8 | 4, \
-     * or 0: every linear a GGUF part table, gg_parts) */                                        \
+    /* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8: \
+     * specd's INT8, or 0: every linear a GGUF part table, gg_parts) */                                        \
     TABLE(q8_layer_dims, i64, D_COUNT, KA_IDX(D_H, hidden) KA_IDX(D_NH, heads) KA_IDX(D_NKV, kv_heads) \
           KA_IDX(D_HD, head_dim) KA_IDX(D_I, intermediate) KA_IDX(D_CAP, capacity)              \
           KA_IDX(D_BITS, bits))                                                                  \
-    /* weights[]: qkv, o, gate_up, down (packed: q8.pack or q8.pack4; with bits 0 their gg_parts  \
+    /* weights[]: qkv, o, gate_up, down (packed: int_linear.pack; with bits 0 their gg_parts      \
      * tables), in_norm, post_norm, qkv bias (or NULL) */                                        \
     TABLE(q8_layer_weights, p, W_COUNT, KA_IDX(W_QKV, qkv) KA_IDX(W_O, o) KA_IDX(W_GU, gate_up)   \
           KA_IDX(W_DOWN, down) KA_IDX(W_IN_NORM, in_norm) KA_IDX(W_POST_NORM, post_norm)          \
