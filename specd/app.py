@@ -19,7 +19,7 @@ import torch
 
 from specd.engine.config import EngineConfig
 from specd.engine.engine import Engine
-from specd.engine.policy import CostModel, costs_hold, measure_costs
+from specd.engine.policy import CostModel, convex_curve, costs_hold, measure_costs
 from specd.engine.head_drafter import DraftHeads
 from specd.models import heads, hub_gguf, kernels
 from specd.models.errors import ModelError
@@ -189,10 +189,13 @@ def costs_path(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -
 
 
 def read_costs(path: Path) -> CostModel | None:
+    """The stored curve, in the shape measure_costs gives (``convex_curve``: a curve stored before
+    that rule keeps its points where they fit it)."""
     try:
-        return CostModel.from_json(path.read_text())
+        cost = CostModel.from_json(path.read_text())
     except (OSError, ValueError, KeyError):
         return None
+    return CostModel(cost.draft_ms, convex_curve(cost.verify_ms))
 
 
 def write_costs(path: Path, cost: CostModel) -> None:

@@ -7,7 +7,7 @@ import pytest
 from specd.engine.drafters import ModelDrafter
 from specd.engine.engine import CompletionRequest
 from specd.engine.budget import AHEAD, LOOKUP
-from specd.engine.policy import AdaptiveK, CostModel, FixedK, StructureK, measure_costs
+from specd.engine.policy import AdaptiveK, CostModel, FixedK, StructureK, convex_curve, measure_costs
 from specd.engine.speculative import Decoding, generate
 from tests.tiny import tiny_decoder, tiny_engine
 from tests.toy import TableLM, table
@@ -305,3 +305,20 @@ def test_a_stored_cost_curve_that_no_longer_holds_is_measured_again(tmp_path, mo
     slow_check = CostModel(again.draft_ms, again.verify_ms)
     monkeypatch.setattr("specd.app.costs_hold", lambda *a, **k: True)
     assert step_costs(config, target, draft) == slow_check  # a curve that holds is read, not measured
+
+
+def test_a_bump_in_the_timed_curve_is_spread_over_its_neighbours() -> None:
+    """measure_costs' curve is non-decreasing and convex (each further row costs at least what the
+    one before did): the curve timed here on a noisy host (T(3) = T(4) = 71.1 after T(2) = 47.8)
+    becomes the least-squares convex fit, T(1) and the end kept; a curve already convex is
+    unchanged, a dip is raised."""
+    timed = (39.7, 47.8, 71.1, 71.1, 90.0, 94.8, 112.6, 121.2, 121.2)
+    fit = convex_curve(timed)
+    rises = [b - a for a, b in zip(fit, fit[1:])]
+    assert fit[0] == timed[0] and abs(fit[-1] - timed[-1]) < 1e-9
+    assert all(r >= 0 for r in rises) and all(b >= a - 1e-9 for a, b in zip(rises, rises[1:]))
+    assert fit[1] == timed[1] and 55 < fit[2] < 62 and 65 < fit[3] < 72  # the bump at n = 3 spread
+    convex = (50.0, 52.0, 57.0, 64.0, 72.0, 80.0)
+    assert convex_curve(convex) == convex
+    assert convex_curve((50.0, 48.0, 60.0)) == (50.0, 50.0, 60.0)
+    assert convex_curve(()) == ()
