@@ -322,3 +322,51 @@ def test_a_bump_in_the_timed_curve_is_spread_over_its_neighbours() -> None:
     assert convex_curve(convex) == convex
     assert convex_curve((50.0, 48.0, 60.0)) == (50.0, 50.0, 60.0)
     assert convex_curve(()) == ()
+
+
+# the stored curve vs this machine's own rounds (LiveCosts)
+
+STORED = CostModel(draft_ms=10.2, verify_ms=(39.7, 47.8, 58.3, 68.8, 79.3, 89.7, 100.2, 110.7, 121.2))
+
+
+def test_live_costs_shift_the_curve_by_what_the_forwards_take() -> None:
+    """Forwards that run 20 ms slower than the stored curve says move every T(n) by ~20 ms and keep
+    the extra rows' costs; measured draft steps replace the stored one; a curve that holds stays."""
+    from specd.engine.policy import LiveCosts
+
+    live = LiveCosts(STORED)
+    moved = [live.observe(rows, STORED.target(rows) + 20.0, 3, 3 * 8.0) for rows in (2, 4, 2, 3) * 30]
+    now = live.current()
+    assert any(moved) and abs(now.target(1) - 59.7) < 1.0 and abs(now.draft_ms - 8.0) < 0.2
+    assert all(abs((now.target(n + 1) - now.target(n)) - (STORED.target(n + 1) - STORED.target(n))) < 1e-6
+               for n in range(1, 9))
+    steady = LiveCosts(STORED)
+    assert not any(steady.observe(2, STORED.target(2), 2, 2 * STORED.draft_ms) for _ in range(50))
+    assert steady.current() == STORED
+    fast = LiveCosts(STORED)
+    for _ in range(200):
+        fast.observe(1, 1.0)
+    assert fast.current().target(1) == 0.5 * STORED.target(1)  # never under half the stored step
+
+
+def test_k_auto_drafts_more_when_the_machine_is_slower_than_its_stored_curve() -> None:
+    """On the curve timed at a fast moment extra rows look as dear as draft steps (K = 1 at an
+    acceptance of 0.8); when the daemon's forwards take 20 ms more (a contended memory bus slows
+    the one-token step, not the rows' arithmetic) the K auto policy's curve follows and more drafts
+    pay."""
+    policy = StructureK(STORED, classify=lambda seq: "code")
+    assert STORED.predicted_speedup(0.8)[1] == 1
+    for rows in (2, 3) * 40:
+        policy.observe_costs(rows, STORED.target(rows) + 20.0, rows - 1, (rows - 1) * 10.2)
+    for p in (*policy.policies.values(), policy.lookup, policy.lookahead):
+        assert abs(p.cost.target(1) - 59.7) < 0.04 * 59.7  # (passed on when it has moved 3 %)
+    assert policy.policies["code"].cost.predicted_speedup(0.8)[1] >= 2
+    assert policy.lookup.cost.draft_ms == 0.0  # free drafts stay free
+
+
+def test_the_engine_times_its_rounds_for_k_auto() -> None:
+    engine = tiny_engine(k="auto", costs=CostModel(draft_ms=0.01, verify_ms=tuple(0.2 + 0.01 * n for n in range(9))))
+    engine.complete(CompletionRequest("def f(x):\n    return", max_tokens=24))
+    live = engine.policy.live
+    assert live.forwards > 0 and live.drafts > 0
+    assert live.offset != 0.0  # a tiny model's real forwards are not the made-up curve's

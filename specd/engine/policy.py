@@ -16,6 +16,7 @@ policy hands the drafter a :class:`~specd.engine.budget.DraftBudget`: its K, its
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -40,9 +41,17 @@ class KPolicy(Protocol):
         which the first ``accepted`` were kept."""
         ...
 
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
+        """What a round cost: one target forward over ``rows`` tokens took ``verify_ms``, and
+        ``draft_steps`` draft-model steps took ``draft_ms`` together (0: none)."""
+        ...
+
 
 class _Budgets:
     """``budget`` from ``choose`` / ``keep_drafting`` (the policies below)."""
+
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
+        pass  # (StructureK follows the daemon's own timings; the others keep their curve)
 
     k_max: int
     gated: bool
@@ -161,8 +170,13 @@ class AdaptiveK(_Budgets):
         self.probe_max = probe_max
         self.idle = 0  # rounds at K = 0 since the last drafting round
         self.probing = False  # this round drafts one token only to keep the estimate alive
+        self.set_cost(cost)
+
+    def set_cost(self, cost: CostModel) -> None:
+        """Price rounds by ``cost`` from now on (the estimates are kept)."""
+        self.cost = cost
         # probes only where drafting can pay at all: with every draft accepted, some K beats the target alone
-        self.can_pay = k_max > 0 and cost.predicted_speedup(1.0, k_max)[0] > 1.0
+        self.can_pay = self.k_max > 0 and cost.predicted_speedup(1.0, self.k_max)[0] > 1.0
 
     def expected_rate(self, k: int) -> float:
         """Expected tokens per millisecond when drafting ``k``."""
@@ -224,6 +238,53 @@ class AdaptiveK(_Budgets):
                 break
 
 
+class LiveCosts:
+    """The stored step-cost curve, following what this process's own rounds take.
+
+    A curve is timed once and stored (``measure_costs``), in whatever moment the host was in; its
+    T(n)/T(1) shape then decides K for every daemon after, and on a shared host it moves: a
+    contended memory bus slows the bandwidth-bound one-token step more than the arithmetic of
+    extra verified rows (bench/RESULTS.md, session 15: one stored curve priced a second row as
+    dear as a draft step while the daemon's steps ran 40 % slower than it said). Every round's
+    target forward is timed anyway, so: the curve is shifted by the running difference between
+    what the rounds' forwards took and what the curve says for their row counts (an added cost
+    per forward, the shape of the extra rows kept), and the draft step follows the measured
+    draft-model steps. Both are running means with the stored value counted as ``prior``
+    observations, then exponential averages of weight ``weight``. ``observe`` says when the
+    curve it gives has moved by more than ``moved`` (relative) since the last one it gave."""
+
+    def __init__(self, stored: CostModel, prior: float = 4.0, weight: float = 0.05, moved: float = 0.03) -> None:
+        self.stored = stored
+        self.prior, self.weight, self.moved = prior, weight, moved
+        self.offset = 0.0  # ms added to every forward
+        self.draft_ms = stored.draft_ms
+        self.forwards = self.drafts = 0
+        self._given = stored
+
+    def _mix(self, old: float, new: float, count: int) -> float:
+        return old + max(self.weight, 1.0 / (self.prior + count)) * (new - old)
+
+    def observe(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> bool:
+        if rows >= 1 and verify_ms > 0:
+            self.forwards += 1
+            self.offset = self._mix(self.offset, verify_ms - self.stored.target(rows), self.forwards)
+        if draft_steps > 0 and draft_ms > 0 and math.isfinite(self.draft_ms):
+            self.drafts += 1
+            self.draft_ms = self._mix(self.draft_ms, draft_ms / draft_steps, self.drafts)
+        now = self.current()
+        before = self._given
+        if (abs(now.target(1) - before.target(1)) > self.moved * before.target(1)
+                or abs(now.draft_ms - before.draft_ms) > self.moved * before.draft_ms):
+            self._given = now
+            return True
+        return False
+
+    def current(self) -> CostModel:
+        """The stored curve shifted by what the rounds measured (a forward never under half its
+        stored time)."""
+        return CostModel(self.draft_ms, tuple(max(v + self.offset, 0.5 * v) for v in self.stored.verify_ms))
+
+
 class StructureK(_Budgets):
     """``AdaptiveK`` per kind of text (``specd.engine.structure``): each kind learns its own
     acceptance per draft position, starting from a prior that says boilerplate is predictable and
@@ -247,12 +308,22 @@ class StructureK(_Budgets):
         self.min_prob = min_prob
         self.k_max = k_max
         self.cost = cost
+        self.live = LiveCosts(cost)
         self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
         self.current = "code"
         self.rounds = {kind: 0 for kind in self.policies}
         free = CostModel(0.0, cost.verify_ms)
         self.lookahead = AdaptiveK(free, self.LOOKAHEAD_MAX, self.LOOKAHEAD_PRIOR, source=AHEAD)
         self.lookup = AdaptiveK(free, self.LOOKUP_MAX, self.LOOKUP_PRIOR, source=LOOKUP)
+
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
+        if self.live.observe(rows, verify_ms, draft_steps, draft_ms):
+            self.cost = cost = self.live.current()
+            for policy in self.policies.values():
+                policy.set_cost(cost)
+            free = CostModel(0.0, cost.verify_ms)
+            self.lookahead.set_cost(free)
+            self.lookup.set_cost(free)
 
     def choose(self, seq: list[int] | None = None) -> int:
         kind = self.classify(seq) if seq is not None else "code"

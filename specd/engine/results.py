@@ -22,6 +22,9 @@ class Round:
     source: str = MODEL
     tree_nodes: int = 0
     branch_hit: bool = False
+    rows: int = 0  # tokens in the round's target forward (0: not timed, e.g. a token tree)
+    verify_ms: float = 0.0  # that forward's wall time
+    draft_ms: float = 0.0  # the drafter's wall time this round
 
 
 

@@ -12,13 +12,13 @@ yields the ``K + 1`` distributions that verify ``d_1..d_K`` and give the bonus t
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
 
 from specd.engine import tree
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import MODEL, DraftBudget
 from specd.engine.drafters import Chain, Drafter, Tree
 from specd.engine.policy import FixedK, KPolicy
 from specd.engine.prefill import prefill as prefill_cache
@@ -92,6 +92,8 @@ def _decode(target: CausalLM, prompt: list[int], decoding: Decoding, drafter: Dr
             r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding, timeline)
             if r.drafted:
                 policy.observe(r.drafted, r.accepted, r.source)
+            if r.rows:  # what the round cost, for a policy that follows this machine's speed
+                policy.observe_costs(r.rows, r.verify_ms, r.drafted if r.source == MODEL else 0, r.draft_ms)
         else:
             r = Round([_target_step(target, seq, decoding, timeline)])
         stats.add(r)
@@ -140,13 +142,16 @@ def _target_step(target: CausalLM, seq: list[int], decoding: Decoding,
 def speculative_round(target: CausalLM, drafter: Drafter, seq: list[int], budget: DraftBudget,
                       decoding: Decoding, timeline: Timeline | NoTimeline = NO_TIMELINE) -> Round:
     """Draft under ``budget``, verify in one target forward, roll both caches back to what holds."""
+    t0 = time.perf_counter()
     with timeline.span("draft"):
         proposal = drafter.propose(seq, budget, decoding.params, decoding.generator)
+    t1 = time.perf_counter()
     if isinstance(proposal, Tree):
         return tree_round(target, drafter, seq, proposal, decoding)
     if len(proposal) == 0:
-        return Round([_target_step(target, seq, decoding, timeline)])
-    return chain_round(target, drafter, seq, proposal, decoding, timeline)
+        token = _target_step(target, seq, decoding, timeline)
+        return Round([token], rows=1, verify_ms=(time.perf_counter() - t1) * 1e3, draft_ms=(t1 - t0) * 1e3)
+    return replace(chain_round(target, drafter, seq, proposal, decoding, timeline), draft_ms=(t1 - t0) * 1e3)
 
 
 def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain, decoding: Decoding,
@@ -155,8 +160,10 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     params = decoding.params
     drafts = chain.tokens  # [k]
     k, n = len(chain), len(seq)
+    t0 = time.perf_counter()
     with timeline.span("verify"):
         scores = target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts]))  # [k+1, V]
+    verify_ms = (time.perf_counter() - t0) * 1e3
     with timeline.span("accept"):
         logits = restrict(scores, params)  # [k+1, n]
         if params.greedy:
@@ -169,7 +176,7 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     with timeline.span("rollback"):
         target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
         drafter.commit(n + a)
-    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.source)
+    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.source, rows=k + 1, verify_ms=verify_ms)
 
 
 def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tree, decoding: Decoding) -> Round:
