@@ -32,8 +32,9 @@ class LocalBackend:
         return json.loads(json.dumps(dataclasses.asdict(self.engine.config), default=str))
 
     def health(self) -> dict[str, Any]:
-        """``step_costs``: the measured costs K auto chooses from (``draft_ms``, ``verify_ms`` for
-        n = 1, 2, ... tokens), when K is auto and there is a drafter."""
+        """``step_costs``: the costs K auto chooses from now (``draft_ms``, ``verify_ms`` for n = 1,
+        2, ... tokens: the measured curve as this daemon's own rounds have shifted it,
+        ``specd.engine.policy.LiveCosts``), when K is auto and there is a drafter."""
         out: dict[str, Any] = {"ok": True, "backend": "local"}
         policy = self.engine.policy
         if policy is not None:
