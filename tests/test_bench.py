@@ -284,4 +284,6 @@ def test_profile_scenario_through_a_real_daemon(tiny_pair, two_tasks, tmp_path, 
     costs = doc["step_costs"]
     assert costs["draft_ms"] > 0 and len(costs["verify_ms"]) >= 2
     assert {"0.5", "0.9"} <= set(doc["prediction"]["speedup_at"]) and "predicted speedup" in stdout
+    after = doc["step_costs_after"]  # K auto's curve after the runs: shifted by the rounds' own timings
+    assert len(after["verify_ms"]) == len(costs["verify_ms"]) and after["draft_ms"] > 0 and "after the runs" in stdout
     assert (out / "report.md").read_text().startswith("# specd bench --scenario profile")

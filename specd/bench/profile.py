@@ -64,6 +64,7 @@ async def run_profile(bench: ProfileBench) -> dict[str, Any]:
                              tag="sdp-") as client:
         health = await call(client, "health")
         runs = await _runs(bench, client)
+        after = await call(client, "health")  # K auto's curve once the daemon's rounds have shifted it
     doc = {"scenario": "profile", "engine": health.get("engine"), "max_tokens": bench.max_tokens,
            "reps": bench.reps, "tasks": [t.id for t in bench.tasks], "runs": runs,
            "summary": {mode: summarize([r for r in runs if r["mode"] == mode]) for mode in bench.modes}}
@@ -71,6 +72,9 @@ async def run_profile(bench: ProfileBench) -> dict[str, Any]:
     if costs:
         doc["step_costs"] = costs
         doc["prediction"] = prediction(costs, runs)
+        moved = (after.get("backend") or {}).get("step_costs")
+        if moved:
+            doc["step_costs_after"] = moved
     return doc
 
 
@@ -195,6 +199,10 @@ def text_table(doc: dict[str, Any]) -> str:
         c, p = doc["step_costs"], doc["prediction"]
         lines.append(f"step costs measured by the daemon: draft {c['draft_ms']:.1f} ms, target over n = 1, 2, 3, 5 "
                      f"tokens {', '.join(f'{v:.1f}' for v in [c['verify_ms'][i] for i in (0, 1, 2, 4) if i < len(c['verify_ms'])])} ms")
+        if doc.get("step_costs_after"):
+            c2 = doc["step_costs_after"]
+            lines.append(f"after the runs (shifted by the daemon's own rounds): draft {c2['draft_ms']:.1f} ms, target over "
+                         f"n = 1, 2, 3, 5 tokens {', '.join(f'{v:.1f}' for v in [c2['verify_ms'][i] for i in (0, 1, 2, 4) if i < len(c2['verify_ms'])])} ms")
         acc = p["measured_acceptance"]
         lines.append("predicted speedup over target-only (a prediction from those costs, i.i.d. acceptance): " +
                      ", ".join(f"{a}: {v['speedup']:.2f}x (K={v['k']})" for a, v in p["speedup_at"].items()) +
