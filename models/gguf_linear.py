@@ -128,8 +128,8 @@ def repacks_here() -> bool:
         return int(kernel.lib.gg_simd()) >= 2
 
 
-# where repacked weights are written: ``alloc(nbytes)`` -> a new uint8 tensor (default torch.empty;
-# GgufLinearFactory passes its model's huge-page arena)
+# where repacked weights are written: ``alloc(nbytes)`` -> a new uint8 tensor (None: torch.empty;
+# the loaders pass their model's huge-page arena, ``hugepages.weight_memory``)
 Alloc = Callable[[int], torch.Tensor]
 
 
@@ -137,7 +137,7 @@ def _torch_alloc(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8)
 
 
-def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_alloc) -> tuple[int, torch.Tensor]:
+def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc | None = None) -> tuple[int, torch.Tensor]:
     """(kernel type, weight bytes) a part runs with: a Q4_0 or K-quant tensor of whole groups of 16 rows
     in specd's repacked layout (a new uint8 tensor of the same size per row from ``alloc``, the same
     values: ``unrepack_blocks`` gives the GGUF bytes back), anything else as stored."""
@@ -145,7 +145,7 @@ def repack_blocks(qtype: int, raw: torch.Tensor, k: int, alloc: Alloc = _torch_a
         return qtype, raw
     lib = kernels.kernel().lib
     rb = int(lib.gg_row_bytes(qtype | X16, k))
-    out = alloc(raw.shape[0] * rb).view(raw.shape[0], rb)
+    out = (alloc or _torch_alloc)(raw.shape[0] * rb).view(raw.shape[0], rb)
     if lib.gg_repack(qtype, raw.data_ptr(), raw.shape[0], k, out.data_ptr()) != 0:
         raise ModelError(f"the kernels refused to repack a {type_name(qtype)} weight {list(raw.shape)} of width {k}")
     return qtype | X16, out
@@ -176,7 +176,7 @@ class GgufLinear:
     bits = 0  # specd.models.fused_layers's weight kind: part tables (kernel_abi.h gg_parts)
 
     def __init__(self, parts: Sequence[GgufPart], in_features: int, repack: bool | None = None,
-                 alloc: Alloc = _torch_alloc) -> None:
+                 alloc: Alloc | None = None) -> None:
         if not parts:
             raise ModelError("a GGUF linear layer needs at least one weight tensor")
         for p in parts:

@@ -31,7 +31,7 @@ from specd.models.gguf_convert import hf_name, read_config
 from specd.models import kernels
 from specd.models.gguf_linear import KERNEL_TYPES, GgufEmbedding, GgufLinear, GgufPart, type_name, unsupported
 from specd.models.gguf_linear import dequantize as kernel_dequantize
-from specd.models.hugepages import HugePageArena, huge_pages_enabled
+from specd.models.hugepages import weight_memory
 from specd.models.quant import DenseLinear, Linear
 from specd.models.weights import LazyWeights
 
@@ -266,7 +266,7 @@ class GgufLinearFactory:
         self.head_rows = None if head_rows is None else torch.tensor(sorted(head_rows), dtype=torch.long)
         self.dense: list[str] = []  # tensors run dense (stored as floats)
         # the repacked weights' memory: 2 MiB pages where the OS offers them (see hugepages.py)
-        self.arena = HugePageArena() if huge_pages_enabled() else None
+        self.alloc = weight_memory()
 
     def tensors_of(self, name: str) -> list[str]:
         """The GGUF tensors of the decoder's layer ``name``."""
@@ -304,7 +304,7 @@ class GgufLinearFactory:
                                  f"{self.model} with --target-quant/--draft-quant int8 or int4 instead")
             raw = self.file.blocks(t)
             parts.append(GgufPart(t, qtype, raw if rows is None else raw.index_select(0, rows)))
-        linear = GgufLinear(parts, k) if self.arena is None else GgufLinear(parts, k, alloc=self.arena.empty)
+        linear = GgufLinear(parts, k, alloc=self.alloc)
         for part, (_, w) in zip(linear.parts, linear.run):
             if w is not part.raw:
                 self.file.release(part.name)  # repacked: the kernels no longer read the file's bytes

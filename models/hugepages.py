@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import mmap
 import os
+from typing import Callable
 
 import torch
 
@@ -39,6 +40,12 @@ def huge_pages_enabled() -> bool:
     variable SPECD_HUGEPAGES=0 turns it off (A/B runs)."""
     return os.environ.get("SPECD_HUGEPAGES", "1") != "0" and hasattr(mmap, "MADV_HUGEPAGE") \
         and _thp_mode() in ("always", "madvise")
+
+
+def weight_memory() -> Callable[[int], torch.Tensor] | None:
+    """Where one model's repacked weights go: a new arena's ``empty`` where huge pages are on
+    (``huge_pages_enabled``), else None (the kernels' linears then use ``torch.empty``)."""
+    return HugePageArena().empty if huge_pages_enabled() else None
 
 
 class HugePageArena:

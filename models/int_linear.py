@@ -16,13 +16,14 @@ Weights are read once per call for all rows: a forward over 5 tokens costs littl
 from __future__ import annotations
 
 import torch
+from gguf import GGMLQuantizationType
 
 from specd.models.errors import ModelError
 from specd.models.gguf_linear import Alloc, GgufLinear, GgufPart, unrepack_blocks
 from specd.models.kernels import kernel
 
 QK = 32
-Q4_0 = 2  # ggml's type id of the Q4_0 blocks INT4 weights run as (gguf_linear.KERNEL_TYPES)
+Q4_0 = int(GGMLQuantizationType.Q4_0)  # the GGUF block format INT4 weights run as
 
 
 def scale_bytes(k: int) -> int:
@@ -237,8 +238,7 @@ class Q4Linear(GgufLinear):
                              f"{in_features} input channels (expected uint8 [N, {q4_row_bytes(in_features)}], "
                              f"input channels a multiple of {QK})")
         blocks = q4_0_blocks(packed.cpu(), in_features)
-        super().__init__([GgufPart("int4", Q4_0, blocks)], in_features,
-                         **({} if alloc is None else {"alloc": alloc}))
+        super().__init__([GgufPart("int4", Q4_0, blocks)], in_features, alloc=alloc)
         self._rows = None if self.repacked else blocks  # the Q4_0 rows, where they are what runs
 
     @classmethod

@@ -41,7 +41,7 @@ from specd.models.decoder import HEAD_INPUT
 from specd.models.errors import ModelError
 from specd.models.fp8 import FP8Linear, quantize_fp8
 from specd.models.gpu import check_cuda_mode, cuda_linear_factory
-from specd.models.hugepages import HugePageArena, huge_pages_enabled
+from specd.models.hugepages import weight_memory
 from specd.models.modes import DENSE_QUANTS, GGUF_QUANT, TARGET_QUANTS
 from specd.models.quant import (
     DenseLinear,
@@ -122,7 +122,7 @@ class _QuantStore:
         self.use_q8 = mode == "int8" and kernels.available()  # block-wise kernel: no outlier calibration needed
         self.use_q4 = mode == "int4" and kernels.available()
         # Q4Linear's repacked copies: 2 MiB pages where the OS offers them (specd.models.hugepages)
-        self.arena = HugePageArena() if self.use_q4 and huge_pages_enabled() else None
+        self.alloc = weight_memory() if self.use_q4 else None
         if path is not None and path.exists():
             try:
                 with safe_open(str(path), framework="pt") as f:
@@ -190,7 +190,7 @@ class _QuantStore:
         if self.use_q8:
             return int_linear.Q8Linear(t["p"], int(t["k"][0]))
         if self.use_q4:
-            return int_linear.Q4Linear(t["p4"], int(t["k"][0]), alloc=None if self.arena is None else self.arena.empty)
+            return int_linear.Q4Linear(t["p4"], int(t["k"][0]), alloc=self.alloc)
         if self.mode == "int8":
             return Int8RowLinear(t["q"], t["scale"], t.get("oidx"), t.get("ow"))
         if self.mode == "int4":

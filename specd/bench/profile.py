@@ -170,6 +170,12 @@ def _dist(values: list[float]) -> dict[str, float]:
             "p90": round(percentile(v, 90), 3), "n": len(v)}
 
 
+def _costs_text(c: dict[str, Any]) -> str:
+    """A step-cost curve as the report prints it: the draft step and T(n) at n = 1, 2, 3, 5."""
+    shown = [c["verify_ms"][i] for i in (0, 1, 2, 4) if i < len(c["verify_ms"])]
+    return f"draft {c['draft_ms']:.1f} ms, target over n = 1, 2, 3, 5 tokens {', '.join(f'{v:.1f}' for v in shown)} ms"
+
+
 def text_table(doc: dict[str, Any]) -> str:
     """The summary as a plain-text table: phases down, modes across (median [p10-p90] ms)."""
     modes = list(doc["summary"])
@@ -196,13 +202,10 @@ def text_table(doc: dict[str, Any]) -> str:
             lines.append(f"{m}: drafts by source: " + ", ".join(
                 f"{src} {c['accepted']}/{c['drafted']} accepted in {c['rounds']} rounds" for src, c in s["by_source"].items()))
     if doc.get("prediction"):
-        c, p = doc["step_costs"], doc["prediction"]
-        lines.append(f"step costs measured by the daemon: draft {c['draft_ms']:.1f} ms, target over n = 1, 2, 3, 5 "
-                     f"tokens {', '.join(f'{v:.1f}' for v in [c['verify_ms'][i] for i in (0, 1, 2, 4) if i < len(c['verify_ms'])])} ms")
+        p = doc["prediction"]
+        lines.append(f"step costs measured by the daemon: {_costs_text(doc['step_costs'])}")
         if doc.get("step_costs_after"):
-            c2 = doc["step_costs_after"]
-            lines.append(f"after the runs (shifted by the daemon's own rounds): draft {c2['draft_ms']:.1f} ms, target over "
-                         f"n = 1, 2, 3, 5 tokens {', '.join(f'{v:.1f}' for v in [c2['verify_ms'][i] for i in (0, 1, 2, 4) if i < len(c2['verify_ms'])])} ms")
+            lines.append(f"after the runs (shifted by the daemon's own rounds): {_costs_text(doc['step_costs_after'])}")
         acc = p["measured_acceptance"]
         lines.append("predicted speedup over target-only (a prediction from those costs, i.i.d. acceptance): " +
                      ", ".join(f"{a}: {v['speedup']:.2f}x (K={v['k']})" for a, v in p["speedup_at"].items()) +

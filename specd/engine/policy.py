@@ -50,12 +50,12 @@ class KPolicy(Protocol):
 class _Budgets:
     """``budget`` from ``choose`` / ``keep_drafting`` (the policies below)."""
 
-    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
-        pass  # (StructureK follows the daemon's own timings; the others keep their curve)
-
     k_max: int
     gated: bool
     min_prob: float
+
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
+        pass  # (StructureK follows the daemon's own timings; the others keep their curve)
 
     def choose(self, seq: list[int] | None = None) -> int: ...
 

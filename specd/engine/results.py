@@ -23,7 +23,7 @@ class Round:
     tree_nodes: int = 0
     branch_hit: bool = False
     rows: int = 0  # tokens in the round's target forward (0: not timed, e.g. a token tree)
-    verify_ms: float = 0.0  # that forward's wall time
+    verify_ms: float = 0.0  # that forward's wall time (a lone target step's: with its sampling)
     draft_ms: float = 0.0  # the drafter's wall time this round
 
 
