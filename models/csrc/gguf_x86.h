@@ -21,12 +21,16 @@ static inline void prefetch_span(const void *p, int bytes) {
 }
 
 /* the repacked kernels: each super-block prefetches the one GG_PREFETCH_X16 super-blocks ahead
- * (the groups lie back to back, so this runs on into the next group) */
+ * (the groups lie back to back, so this runs on into the next group) into L2, not L1. Into L1
+ * (two ahead, as before session 16) the weight stream and the tile's arithmetic took the sum of
+ * their times instead of the larger: on a 2-core AMD EPYC, 28 Q4_K gate/up linears of the 1.5B
+ * took 13.2 / 27.2 / 47.6 ms at 1 / 4 / 8 rows with L1 prefetch and 12.6 / 13.3 / 24.6 into L2
+ * (Q6_K alike); bench/RESULTS.md session 16 */
 #ifndef GG_PREFETCH_X16
-#define GG_PREFETCH_X16 2
+#define GG_PREFETCH_X16 6
 #endif
 static inline void prefetch_ahead(const uint8_t *w, int bytes) {
-    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)w + GG_PREFETCH_X16 * bytes + off, _MM_HINT_T0);
+    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)w + GG_PREFETCH_X16 * bytes + off, _MM_HINT_T1);
 }
 
 /* the sum of 8 int32 lanes (exact) */
