@@ -24,8 +24,8 @@ static inline void prefetch_span(const void *p, int bytes) {
  * (the groups lie back to back, so this runs on into the next group) into L2, not L1. Into L1
  * (two ahead, as before session 16) the weight stream and the tile's arithmetic took the sum of
  * their times instead of the larger: on a 2-core AMD EPYC, 28 Q4_K gate/up linears of the 1.5B
- * took 13.2 / 27.2 / 47.6 ms at 1 / 4 / 8 rows with L1 prefetch and 12.6 / 13.3 / 24.6 into L2
- * (Q6_K alike); bench/RESULTS.md session 16 */
+ * took 13.2 / 27.2 / 47.6 ms at 1 / 4 / 8 rows with L1 prefetch and 13.1 / 14.5 / 25.4 into L2,
+ * six ahead, in the same run (Q6_K alike); bench/RESULTS.md session 16 */
 #ifndef GG_PREFETCH_X16
 #define GG_PREFETCH_X16 6
 #endif
