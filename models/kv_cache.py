@@ -7,11 +7,13 @@ recomputing them. The copies are opaque to it (:class:`KVRows`): only the cache 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from specd.models.hugepages import HugePageArena, huge_pages_enabled
 from specd.models.profile import PhaseClock
 
 
@@ -47,8 +49,8 @@ class KVCache:
         device: torch.device | str = "cpu",
     ) -> None:
         shape = (num_layers, num_kv_heads, capacity, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = _zeros(shape, dtype, device)
+        self.v = _zeros(shape, dtype, device)
         self.tokens = torch.full((capacity,), -1, dtype=torch.long)
         self.capacity = capacity
         self.length = 0
@@ -95,6 +97,17 @@ class KVCache:
 
     def nbytes(self) -> int:
         return self.k.nbytes + self.v.nbytes
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero tensor; on the CPU on 2 MiB pages where the OS offers them (``hugepages``): each
+    decode step reads every cached key and value of every layer (34 MB a token at 600 tokens for
+    the 1.5B target), and on 4 KiB pages that read runs at a fraction of the bandwidth."""
+    if torch.device(device).type != "cpu" or not huge_pages_enabled():
+        return torch.zeros(shape, dtype=dtype, device=device)
+    count = math.prod(shape)
+    mem = HugePageArena().empty(count * torch.empty(0, dtype=dtype).element_size())
+    return mem.view(dtype).view(shape).zero_()
 
 
 def check_rows(start: int, end: int, length: int) -> None:

@@ -9,6 +9,7 @@ import torch
 
 from specd.models import int_linear, kernels
 from specd.models.decoder import Decoder
+from specd.models.gguf_linear import simd_level, simd_levels
 from tests.tiny import tiny_config, tiny_weights
 
 pytestmark = pytest.mark.skipif(not kernels.available(), reason=kernels.unavailable() or "")
@@ -60,6 +61,25 @@ def test_rows_do_not_depend_on_the_batch(linear: type) -> None:
     fused.rollback(20)
     fused.forward(tokens[20:25])
     assert torch.equal(fused.cache.k[:, :, 20:25], k_alone)
+
+
+@pytest.mark.parametrize("linear", [int_linear.Q8Linear, int_linear.Q4Linear], ids=["int8", "int4"])
+def test_simd_levels_give_the_same_bits(linear: type) -> None:
+    """AVX-512's attention (values summed 16 channels an instruction) and the linears at that
+    level give the logits and the cache AVX2's give, bit for bit: head_dim 16 takes the wide path."""
+    if 3 not in simd_levels():
+        pytest.skip("this CPU has no AVX-512 VNNI level to compare with AVX2")
+    fused, _ = _pair(seed=4, linear=linear)
+    tokens = torch.randint(0, 96, (40,), generator=torch.Generator().manual_seed(5))
+    got = {}
+    for level in (2, 3):
+        with simd_level(level) as ran:
+            assert ran == level
+            fused.reset()
+            logits = torch.cat([fused.forward(tokens[:33]), fused.forward(tokens[33:34]), fused.forward(tokens[34:])])
+            got[level] = (logits, fused.cache.k[:, :, :40].clone(), fused.cache.v[:, :, :40].clone())
+    for a, b in zip(got[2], got[3]):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("linear", [int_linear.Q8Linear, int_linear.Q4Linear], ids=["int8", "int4"])
