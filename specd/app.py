@@ -31,7 +31,7 @@ from specd.models.registry import PUBLISHED, cache_root
 
 log = logging.getLogger("specd.app")
 
-COSTS_KEY_VERSION = "costs-v6"  # bump when what the cost curve measures changes (v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free)
+COSTS_KEY_VERSION = "costs-v7"  # bump when what the cost curve measures changes (v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free; v7: attention prefetched, the KV cache on huge pages)
 # environment variables that change which kernels run (a curve measured under one misleads another)
 KERNEL_ENV = ("SPECD_GG_SIMD",)
 
