@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from specd.engine.config import DEFAULT_DRAFT
-from specd.models.loader import load_model
+from specd.app import load_draft
+from specd.engine.config import EngineConfig
 
 
 def main() -> int:
@@ -27,7 +27,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    m = load_model(DEFAULT_DRAFT, quant=args.quant, max_len=4096, head_vocab=65536).model
+    m = load_draft(EngineConfig(draft_quant=args.quant)).model  # as the daemon loads it
     ctx = 400
     prefill = []
     for _ in range(2):

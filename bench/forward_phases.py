@@ -17,9 +17,9 @@ import time
 
 import torch
 
-from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.app import load_draft, load_target
+from specd.engine.config import EngineConfig
 from specd.engine.timeline import model_phases
-from specd.models.loader import load_model
 from specd.models.profile import PhaseClock
 
 SHOWN = ("matmul", "attention", "layer_other", "head", "team_wait", "preempted")
@@ -34,10 +34,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if args.role == "target":
-        model = load_model(DEFAULT_TARGET, quant="gguf", max_len=4096).model
-    else:  # as the daemon loads the draft: INT4, the 65,536-token head
-        model = load_model(DEFAULT_DRAFT, quant="int4", max_len=4096, head_vocab=65536).model
+    model = (load_target if args.role == "target" else load_draft)(EngineConfig()).model  # as the daemon loads it
     print(f"{args.role}: {model.describe()}, context {args.context}, threads {torch.get_num_threads()}")
     sizes = [int(s) for s in args.sizes.split(",")]
     model.forward(torch.arange(1000, 1000 + args.context))

@@ -10,7 +10,7 @@ their ratio:
     ratio = step / (step bytes / bandwidth)      (step bytes: ``specd.models.step_bytes``)
 
 Reported: the per-round ratios' median, p10 and p90, beside the steps and rates. The model is
-loaded as the daemon loads it (the draft: INT4 with the 65,536-token head). Run it alone:
+loaded as the daemon loads it (``specd.app.load_target`` / ``load_draft``). Run it alone:
 
     python bench/step_floor.py draft --rounds 12
 """
@@ -23,9 +23,9 @@ import time
 
 import torch
 
-from specd.engine.config import DEFAULT_DRAFT, DEFAULT_TARGET
+from specd.app import load_draft, load_target
+from specd.engine.config import EngineConfig
 from specd.models.bandwidth import read_bandwidth
-from specd.models.loader import load_model
 from specd.models.step_bytes import step_bytes
 
 
@@ -43,10 +43,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    if args.role == "target":
-        model = load_model(DEFAULT_TARGET, quant="gguf", max_len=4096).model
-    else:
-        model = load_model(DEFAULT_DRAFT, quant="int4", max_len=4096, head_vocab=65536).model
+    model = (load_target if args.role == "target" else load_draft)(EngineConfig()).model  # as the daemon loads it
     nbytes = step_bytes(model.weight_bytes())
     print(f"{args.role}: {model.describe()}, {nbytes / 1e6:.0f} MB a step, context {args.context}, "
           f"threads {torch.get_num_threads()}", flush=True)

@@ -24,7 +24,7 @@ from specd.engine.head_drafter import DraftHeads
 from specd.models import heads, hub_gguf, kernels
 from specd.models.errors import ModelError
 from specd.models.footprint import Footprint, NotEnoughMemory, available_memory, estimate
-from specd.models.loader import load_model, resolve
+from specd.models.loader import LoadedModel, load_model, resolve
 from specd.models.protocol import CausalLM
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED, cache_root
@@ -36,20 +36,28 @@ COSTS_KEY_VERSION = "costs-v7"  # bump when what the cost curve measures changes
 KERNEL_ENV = ("SPECD_GG_SIMD",)
 
 
+def load_target(config: EngineConfig) -> LoadedModel:
+    """The configured target, loaded as the daemon runs it (benchmarks time this same model)."""
+    return load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
+                      backend=config.target_backend, threads=config.threads)
+
+
+def load_draft(config: EngineConfig) -> LoadedModel:
+    """The configured draft model, loaded as the daemon runs it (``config.draft`` must be set)."""
+    # row_attention off: only the target's numbers define the output, the draft may batch its attention
+    return load_model(config.draft, quant=config.draft_quant, max_len=config.max_len, device=config.device,
+                      head_vocab=config.draft_head_vocab, backend=config.draft_backend, threads=config.threads,
+                      row_attention=False)
+
+
 def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
     """Load the configured pair and hand back a ready engine (costs measured or read for K auto)."""
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     check_memory(config)
-    target = load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
-                        backend=config.target_backend, threads=config.threads)
+    target = load_target(config)
     heads = load_heads(config) if config.drafter == "heads" else None
-    draft = None
-    if config.draft and config.drafter not in ("ngram", "heads"):
-        # row_attention off: only the target's numbers define the output, the draft may batch its attention
-        draft = load_model(config.draft, quant=config.draft_quant, max_len=config.max_len,
-                           device=config.device, head_vocab=config.draft_head_vocab,
-                           backend=config.draft_backend, threads=config.threads, row_attention=False)
+    draft = load_draft(config) if config.draft and config.drafter not in ("ngram", "heads") else None
     draft_model = draft.model if draft else None
     costs = None
     if config.k == "auto" and (draft_model is not None or config.drafter != "model"):

@@ -74,12 +74,8 @@ static void rope(float *t, int64_t heads, int64_t hd, const float *cos, const fl
     }
 }
 
-/* Attention of `gh` query heads (q: gh * hd floats, contiguous) that share one KV head, over the
- * m keys/values at cache rows pos[0..m-1]; out: gh * hd floats. Each head's numbers are the same
- * whatever the other heads, rows or threads: per (head, key) one 8-lane dot over hd then a
- * horizontal sum; softmax in 8-lane chunks (padding masked to 0); the weighted sum of values in
- * key order, one accumulator per 8 channels. The heads share each key and value load. */
-#define GMAX 8
+#define GMAX 8 /* query heads an attend call takes at most (those sharing one KV head) */
+
 /* Attention streams the layer's cached keys and values (at 600 tokens, 34 MB a token over the
  * 1.5B's 28 layers) while the scores and the weighted sum compute: without software prefetch the
  * hardware prefetcher left that read at ~11 GB/s over both cores and the arithmetic waited on it.
@@ -116,6 +112,11 @@ GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const float *vals
     switch (gh) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) default: CASE(8) }
 #undef CASE
 }
+/* Attention of `gh` query heads (q: gh * hd floats, contiguous) that share one KV head, over the
+ * m keys/values at cache rows pos[0..m-1]; out: gh * hd floats. Each head's numbers are the same
+ * whatever the other heads, rows or threads: per (head, key) one 8-lane dot over hd then a
+ * horizontal sum; softmax in 8-lane chunks (padding masked to 0); the weighted sum of values in
+ * key order, one accumulator per 8 channels. The heads share each key and value load. */
 static inline __attribute__((always_inline)) void attend_n(
                    const float *q, const int64_t gh, int64_t hd, const float *keys, const float *vals,
                    const int64_t *pos, int64_t m, float scale, float *sc, float *out, int wide) {
