@@ -49,6 +49,8 @@ LinearFactory = Callable[[str, Callable[[], torch.Tensor]], Linear]
 class Decoder(CacheOwner):
     """Weights (a flat dict with Hugging Face names) plus one KV cache."""
 
+    SINKS_HIDDEN = True  # see CacheOwner.watch_hidden
+
     def __init__(
         self,
         config: ModelConfig,
@@ -307,10 +309,16 @@ class Decoder(CacheOwner):
             t1 = time.perf_counter()
             clock.add("layers", t1 - t0)
             t0 = t1
-        if not logits:
+        sink = self.hidden_sink
+        if not logits and sink is None:
             self.hidden = None
             return torch.empty(n, 0)
         x = self._rms(x, self.norm)
+        if sink is not None:  # an EAGLE head's context: every forward's states, a prefill's too
+            sink(start, x, cache.tokens[:end])
+        if not logits:
+            self.hidden = None
+            return torch.empty(n, 0)
         self.hidden = HiddenStates(start, x)  # [n, H]: what draft heads read
         if self.observer is not None:
             self.observer(HEAD_INPUT, x)

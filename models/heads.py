@@ -34,6 +34,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from specd.models.eagle import FORMAT as EAGLE_FORMAT
+from specd.models.eagle import PARAMS, EagleHead, EagleShape
 from specd.models.errors import ModelError
 
 # draft heads shipped with specd, by target name: models/data/heads/<target>.safetensors
@@ -122,17 +124,30 @@ def read_info(path: Path) -> tuple[str, HeadsInfo]:
             meta = f.metadata() or {}
     except Exception as e:  # safetensors raises its own error types for a corrupt file
         raise ModelError(f"cannot read draft heads {path}: {e}") from e
-    if meta.get("format") not in (FORMAT, RECURRENT_FORMAT):
+    if meta.get("format") not in (FORMAT, RECURRENT_FORMAT, EAGLE_FORMAT):
         raise ModelError(f"{path} is not a specd draft heads file (format {meta.get('format')!r})")
     return meta["format"], HeadsInfo(**json.loads(meta["info"]))
 
 
-def load(path: Path, head_rows: "RowReader", embed_rows: "RowReader | None" = None) -> "MedusaHeads | RecurrentHead":
-    """A heads file, its shared head rows (and a recurrent head's embedding rows) read from the
-    target (``head_rows(ids)`` -> float32 ``[V', H]``)."""
+def load(path: Path, head_rows: "RowReader", embed_rows: "RowReader | None" = None
+         ) -> "MedusaHeads | RecurrentHead | EagleHead":
+    """A heads file, its shared head rows (and a recurrent or EAGLE head's embedding rows) read
+    from the target (``head_rows(ids)`` -> float32 ``[V', H]``)."""
     fmt, info = read_info(path)
     tensors = load_file(str(path))
     ids = tensors["ids"].long()
+    if fmt == EAGLE_FORMAT:
+        from safetensors import safe_open
+
+        if embed_rows is None:
+            raise ModelError(f"{path}: an EAGLE head needs the target's embedding rows")
+        with safe_open(str(path), "pt") as f:
+            shape = EagleShape(**json.loads((f.metadata() or {})["shape"]))
+        eagle = EagleHead(shape, head_rows(ids), ids, embed_rows)
+        with torch.no_grad():
+            for name in PARAMS:
+                getattr(eagle, name).copy_(tensors[name].float())
+        return eagle
     if fmt == RECURRENT_FORMAT:
         if embed_rows is None:
             raise ModelError(f"{path}: a recurrent head needs the target's embedding rows")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -136,6 +136,9 @@ def common_prefix(cached: torch.Tensor, length: int, tokens: torch.Tensor) -> in
     return int(torch.argmin(same.to(torch.int8)).item())
 
 
+HiddenSink = Callable[[int, torch.Tensor, torch.Tensor], None]
+
+
 @dataclass(frozen=True)
 class HiddenStates:
     """A forward's final-normed hidden states (the output head's input): ``states`` ``[n, H]``,
@@ -152,9 +155,21 @@ class CacheOwner:
     cache: KVCache
     clock: PhaseClock | None = None  # set through profile()
     hidden: HiddenStates | None = None  # the last forward's, where the runtime keeps them
+    hidden_sink: HiddenSink | None = None  # see watch_hidden
+    SINKS_HIDDEN = False  # whether forward calls hidden_sink
 
     def last_hidden(self) -> HiddenStates | None:
         return self.hidden
+
+    def watch_hidden(self, sink: HiddenSink | None) -> bool:
+        """Call ``sink(start, states, context)`` after every forward from now on (None: stop), a
+        prefill's included: ``states`` ``[n, H]`` the final-normed hidden states of positions
+        ``start ..``, ``context`` ``[start + n]`` the tokens they were computed from. Returns
+        whether this runtime can (``SINKS_HIDDEN``; the torch ``Decoder`` can)."""
+        if not self.SINKS_HIDDEN:
+            return False
+        self.hidden_sink = sink
+        return True
 
     def profile(self, clock: PhaseClock | None) -> None:
         """Add each forward's phase seconds to ``clock`` from now on (None: stop); see

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import torch
 
-from specd.models.kv_cache import HiddenStates, KVRows
+from specd.models.kv_cache import HiddenSink, HiddenStates, KVRows
 
 
 class CausalLM(Protocol):
@@ -51,6 +51,11 @@ class CausalLM(Protocol):
     def last_hidden(self) -> HiddenStates | None:
         """The hidden states of the last forward that computed logits (what draft heads read), or
         None (none yet, the last forward only filled the cache, or a runtime that cannot tell)."""
+        ...
+
+    def watch_hidden(self, sink: HiddenSink | None) -> bool:
+        """Call ``sink(start, states, context)`` with every forward's final-normed hidden states,
+        a prefill's included (None: stop); False when this runtime cannot."""
         ...
 
     def kv_rows(self, start: int, end: int) -> KVRows:

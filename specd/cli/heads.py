@@ -28,13 +28,15 @@ def register(subparsers: Any) -> None:
     t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
     t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
     t.add_argument("--data", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data)")
-    t.add_argument("--kind", choices=("recurrent", "medusa"), default="recurrent",
-                   help="recurrent: one MLP step per draft, fed the draft before it (EAGLE's inputs and losses); "
-                        "medusa: K independent heads (default: %(default)s)")
+    t.add_argument("--kind", choices=("eagle", "recurrent", "medusa"), default="eagle",
+                   help="eagle: one decoder layer over the target's features (EAGLE-1); recurrent: one MLP step per "
+                        "draft, fed the draft before it (EAGLE's inputs and losses); medusa: K independent heads "
+                        "(default: %(default)s)")
     t.add_argument("--out", type=Path, help="heads file (default: ~/.cache/specd/heads/TARGET/KIND.safetensors)")
     t.add_argument("--heads", type=int, default=4, help="medusa: heads; recurrent: draft positions the held-out "
                                                         "figures follow")
-    t.add_argument("--width", type=int, default=2048, help="recurrent: the MLP's width")
+    t.add_argument("--width", type=int, default=None, help="eagle, recurrent: the MLP's width (default: 3072, 2048)")
+    t.add_argument("--windows", type=int, default=4, help="eagle: windows a training step")
     t.add_argument("--vocab", type=int, default=8192, help="sub-vocabulary rows of the shared head")
     t.add_argument("--steps", type=int, default=1500)
     t.add_argument("--batch", type=int, default=512)
@@ -79,16 +81,26 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise SystemExit("specd heads train: the shared head rows are read from the target's GGUF file; "
                          f"{args.target} is not a GGUF model")
     rows = HeadRows(source.gguf)(ids)
-    head: MedusaHeads | RecurrentHead
-    if args.kind == "recurrent":
-        settings: object = train.RecurrentSettings(width=args.width, vocab=args.vocab, steps=args.steps,
-                                                   batch=args.batch, lr=args.lr, seed=args.seed,
-                                                   eval_every=args.eval_every, chain=args.heads)
-        embed_rows = HeadRows(source.gguf, embedding=True)
-        head = RecurrentHead(int(rows.shape[1]), args.width, rows, ids, embed_rows)
+    head: MedusaHeads | RecurrentHead | EagleHead
+    settings: object
+    embed_rows = HeadRows(source.gguf, embedding=True)
+    if args.kind == "eagle":
+        from specd.heads.train_eagle import EagleSettings, train_eagle
+        from specd.models.eagle import EagleHead, EagleShape
+
+        settings = EagleSettings(width=args.width or 3072, vocab=args.vocab, steps=args.steps, windows=args.windows,
+                                 lr=args.lr, seed=args.seed, eval_every=args.eval_every, chain=args.heads)
+        head = EagleHead(EagleShape(int(rows.shape[1]), width=settings.width), rows, ids, embed_rows)
+        log = train_eagle(head, train_split, val, train.Embeddings(embed_rows, train_split, val), settings, report)
+        size = settings.width
+    elif args.kind == "recurrent":
+        settings = train.RecurrentSettings(width=args.width or 2048, vocab=args.vocab, steps=args.steps,
+                                           batch=args.batch, lr=args.lr, seed=args.seed,
+                                           eval_every=args.eval_every, chain=args.heads)
+        head = RecurrentHead(int(rows.shape[1]), settings.width, rows, ids, embed_rows)
         log = train.train_recurrent(head, train_split, val, train.Embeddings(embed_rows, train_split, val),
                                     settings, report)
-        size = args.width
+        size = settings.width
     else:
         settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=args.steps, batch=args.batch,
                                        lr=args.lr, seed=args.seed, eval_every=args.eval_every)

@@ -15,6 +15,7 @@ import torch
 
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
+from specd.engine.eagle_drafter import EagleDrafter
 from specd.engine.head_drafter import DraftHeads, HeadDrafter
 from specd.engine.plan import Plan
 from specd.engine.prefill import prefill
@@ -32,6 +33,7 @@ from specd.engine.textstream import TextStream
 from specd.engine.results import Completion, GenerationStats
 from specd.engine.speculative import Decoding, generate
 from specd.engine.timeline import NO_TIMELINE, NoTimeline, Timeline
+from specd.models.eagle import EagleHead
 from specd.models.protocol import CausalLM
 from specd.models.tokenizer import Tokenizer
 
@@ -55,6 +57,8 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
     if kind == "heads":
         if heads is None or target is None:
             raise ValueError("drafter 'heads' needs the heads and the target they read")
+        if isinstance(heads, EagleHead):
+            return EagleDrafter(target, heads)
         return HeadDrafter(target, heads)
     model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
     if kind == "model":
@@ -118,8 +122,10 @@ class Engine:
         # a request may ask for the other
         self._chain = make_drafter(config.drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
                                    target=target)
-        self._tree = make_drafter(config.drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
-                                  heads=heads, target=target)
+        # draft heads propose chains only, and an EAGLE drafter is the one that watches the target
+        self._tree = (self._chain if config.drafter == "heads" else
+                      make_drafter(config.drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
+                                   heads=heads, target=target))
         self._policy: StructureK | None = None
         if config.k == "auto" and self._chain is not None:
             if costs is None:

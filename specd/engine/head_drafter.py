@@ -21,11 +21,12 @@ import torch
 from specd.engine.budget import DraftBudget
 from specd.engine.drafters import Chain
 from specd.engine.sampling import SamplingParams
+from specd.models.eagle import EagleHead
 from specd.models.heads import MedusaHeads, RecurrentHead
 from specd.models.protocol import CausalLM
 
 
-DraftHeads = MedusaHeads | RecurrentHead
+DraftHeads = MedusaHeads | RecurrentHead | EagleHead  # an EagleHead drafts through specd.engine.eagle_drafter
 
 
 class HeadDrafter:

@@ -56,12 +56,14 @@ class Split:
     run: torch.Tensor  # [N]: how many of the K positions from t on the corpus follows the target's greedy token
     languages: list[str] = field(default_factory=list)  # per position's window, for per-language figures
     language_of: torch.Tensor | None = None  # [N] index into ``languages``
+    starts: torch.Tensor | None = None  # [W + 1]: where each window begins in the flat arrays
 
 
 def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split, Split]:
     """(train, validation) from the shards in ``directory``."""
     parts: dict[bool, dict[str, list]] = {v: {"hidden": [], "labels": [], "follows": [], "lang": [], "later": [],
-                                              "tokens": [], "run": [], "n": 0} for v in (False, True)}
+                                              "tokens": [], "run": [], "n": 0, "starts": [0]}
+             for v in (False, True)}
     languages: list[str] = []
     seen = 0
     for path in data.shards(directory):
@@ -91,6 +93,7 @@ def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split,
                 run[i] = min(k, 1 + int(run[i + 1])) if follows[i] and i + 1 < n else int(follows[i])
             p["run"].append(run)
             p["n"] += n
+            p["starts"].append(p["n"])
             p["hidden"].append(s["hidden"][a:b])
             p["labels"].append(labels)
             p["follows"].append(follows)
@@ -105,7 +108,7 @@ def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split,
             raise ValueError(f"{directory}: no {'held-out' if v else 'training'} windows")
         out.append(Split(torch.cat(p["hidden"]), torch.cat(p["labels"]), torch.cat(p["follows"]),
                          torch.cat(p["later"]), torch.cat(p["tokens"]), torch.cat(p["run"]), languages,
-                         torch.cat(p["lang"])))
+                         torch.cat(p["lang"]), torch.tensor(p["starts"])))
     return out[0], out[1]
 
 

@@ -1,0 +1,218 @@
+"""An EAGLE-1 draft head (Li et al. 2024): one decoder layer over the target's own features.
+
+Glossary (positions are the target's):
+
+    feature ``f_t``   the target's final-normed hidden state at ``t`` (its output head's input:
+                      ``head(f_t)`` is the distribution of token ``t + 1``)
+    input ``x_t``     ``fc([rms(f_t); rms(e(tok_{t+1}))])``: the feature at ``t`` fused with the
+                      embedding of the token that followed it
+    predicted ``f̂``   the layer's output at ``t``: a guess at ``f_{t+1}``, so ``head(f̂)`` guesses
+                      token ``t + 2``
+
+The layer is a Qwen2-style decoder layer (RMS norms, grouped-query attention with RoPE, SwiGLU)
+attending causally over the inputs of every earlier position it has seen; its keys and values are
+the head's own small cache (``EagleCache``). Drafting a chain: the first step reads the target's
+feature at the last verified position and the token the target chose after it; each later step
+reads the head's own ``f̂`` and its own last draft (EAGLE's feature-level autoregression). The
+output head is the target's, restricted to a sub-vocabulary (``ids``) and frozen; the embedding
+rows are the target's too, read when needed. Neither is stored in a head file.
+
+This module knows nothing of speculation: it maps features and tokens to features and logits.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+FORMAT = "specd-eagle-1"
+RowReader = Callable[[torch.Tensor], torch.Tensor]  # token ids [n] -> float32 rows [n, H]
+PARAMS = ("fc", "in_norm", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "post_norm", "gate", "up", "down")
+
+
+@dataclass(frozen=True)
+class EagleShape:
+    hidden: int  # H, the target's
+    heads: int = 12  # query heads
+    kv_heads: int = 2
+    head_dim: int = 128
+    width: int = 3072  # the MLP's
+    rope_theta: float = 1_000_000.0
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding (the half-split form Qwen uses) of ``x`` ``[..., n, heads, d]`` at
+    ``positions`` ``[n]``."""
+    d = x.shape[-1]
+    inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)  # [d/2]
+    ang = positions.float()[:, None] * inv[None, :]  # [n, d/2]
+    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)  # [n, 1, d]
+    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
+    a, b = x[..., : d // 2], x[..., d // 2 :]
+    return x * cos + torch.cat([-b, a], -1) * sin
+
+
+@dataclass
+class EagleCache:
+    """The head's keys and values, one row per position it has seen: ``k``, ``v``
+    ``[kv_heads, L, head_dim]``; ``length`` rows are valid; ``start`` is the target position of
+    row 0 (positions before it were never seen by the head: a prefix-cache hit)."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    length: int = 0
+    start: int = 0
+    tokens: list[int] = field(default_factory=list)  # tok_{t+1} of each row (what x_t was fed)
+
+    def rollback(self, length: int) -> None:
+        self.length = min(self.length, max(0, length))
+        del self.tokens[self.length :]
+
+
+class EagleHead(torch.nn.Module):
+    """See the module docstring. ``head`` ``[V', H]`` (frozen sub-vocabulary output rows),
+    ``ids`` ``[V']``, ``embed_rows`` the target's embedding rows by token id."""
+
+    def __init__(self, shape: EagleShape, head: torch.Tensor, ids: torch.Tensor, embed_rows: RowReader) -> None:
+        super().__init__()
+        if ids.numel() != head.shape[0]:
+            raise ValueError(f"{ids.numel()} sub-vocabulary ids for {head.shape[0]} head rows")
+        h, q, kv, w = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.width
+        self.shape = shape
+        lin = lambda o, i: torch.nn.Parameter(torch.randn(o, i) * i ** -0.5)  # noqa: E731
+        self.fc = lin(h, 2 * h)  # [H, 2H]
+        self.in_norm = torch.nn.Parameter(torch.ones(h))
+        self.wq, self.bq = lin(q, h), torch.nn.Parameter(torch.zeros(q))
+        self.wk, self.bk = lin(kv, h), torch.nn.Parameter(torch.zeros(kv))
+        self.wv, self.bv = lin(kv, h), torch.nn.Parameter(torch.zeros(kv))
+        self.wo = torch.nn.Parameter(torch.zeros(h, q))  # zero: the layer starts as its input
+        self.post_norm = torch.nn.Parameter(torch.ones(h))
+        self.gate, self.up = lin(w, h), lin(w, h)
+        self.down = torch.nn.Parameter(torch.zeros(h, w))
+        self.register_buffer("head", head.float())  # [V', H]
+        self.register_buffer("ids", ids.long())  # [V']
+        self.embed_rows = embed_rows
+        self._infer: dict[str, torch.Tensor] | None = None
+
+    # the layer, in pieces shared by training (whole windows) and drafting (one row at a time)
+
+    def inputs(self, feature: torch.Tensor, embedding: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``x = fc([rms(f); rms(e)])``: ``[..., H]`` each -> ``[..., H]``."""
+        h = feature.shape[-1]
+        cat = torch.cat([F.rms_norm(feature, (h,)), F.rms_norm(embedding.to(feature.dtype), (h,))], -1)
+        return cat @ p["fc"].T
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor, p: dict[str, torch.Tensor]
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``x`` ``[..., n, H]`` -> q ``[..., n, heads, d]``, k, v ``[..., n, kv_heads, d]`` (rotated)."""
+        s = self.shape
+        h = F.rms_norm(x, (x.shape[-1],), p["in_norm"])
+        q = (h @ p["wq"].T + p["bq"]).unflatten(-1, (s.heads, s.head_dim))
+        k = (h @ p["wk"].T + p["bk"]).unflatten(-1, (s.kv_heads, s.head_dim))
+        v = (h @ p["wv"].T + p["bv"]).unflatten(-1, (s.kv_heads, s.head_dim))
+        return rope(q, positions, s.rope_theta), rope(k, positions, s.rope_theta), v
+
+    def finish(self, x: torch.Tensor, attn: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The residual after attention (``attn`` ``[..., heads * d]``) and the MLP: ``f̂``."""
+        x = x + attn @ p["wo"].T
+        h = F.rms_norm(x, (x.shape[-1],), p["post_norm"])
+        return x + (F.silu(h @ p["gate"].T) * (h @ p["up"].T)) @ p["down"].T
+
+    def params(self) -> dict[str, torch.Tensor]:
+        return {n: getattr(self, n) for n in PARAMS}
+
+    def forward(self, feature: torch.Tensor, embedding: torch.Tensor) -> torch.Tensor:
+        """Teacher-forced windows: ``feature``, ``embedding`` ``[B, T, H]`` (row ``t``: ``f_t`` and
+        ``e(tok_{t+1})``) -> ``f̂`` ``[B, T, H]``, each row attending causally over its window."""
+        p = self.params()
+        s = self.shape
+        x = self.inputs(feature, embedding, p)  # [B, T, H]
+        q, k, v = self.qkv(x, torch.arange(x.shape[1]), p)  # [B, T, heads|kv, d]
+        attn = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                              is_causal=True, enable_gqa=True)  # [B, heads, T, d]
+        return self.finish(x, attn.transpose(1, 2).reshape(*x.shape[:2], s.heads * s.head_dim), p)
+
+    # drafting
+
+    def new_cache(self, capacity: int) -> EagleCache:
+        s = self.shape
+        z = torch.zeros(s.kv_heads, capacity, s.head_dim, dtype=torch.bfloat16)
+        return EagleCache(z, z.clone())
+
+    def _inference(self) -> dict[str, torch.Tensor]:
+        if self._infer is None:
+            self._infer = {n: t.detach().to(torch.bfloat16) for n, t in self.params().items()}
+            self._infer["head"] = self.head.to(torch.bfloat16)
+        return self._infer
+
+    @torch.inference_mode()
+    def extend(self, cache: EagleCache, features: torch.Tensor, tokens: list[int], keep: int | None = None
+               ) -> torch.Tensor:
+        """Append rows to ``cache``: ``features`` ``[n, H]`` (``f_t`` for the next ``n``
+        positions) each fused with ``tokens[i]`` (the token after it). Returns ``f̂`` ``[n, H]``
+        (bfloat16). ``keep``: rows of these to keep in the cache (default all)."""
+        p = self._inference()
+        n = features.shape[0]
+        if cache.length + n > cache.k.shape[1]:
+            raise ValueError(f"the head's cache holds {cache.k.shape[1]} rows; {cache.length + n} asked")
+        e = self.embed_rows(torch.tensor(tokens, dtype=torch.long)).to(torch.bfloat16)  # [n, H]
+        x = self.inputs(features.to(torch.bfloat16), e, p)  # [n, H]
+        at = cache.length
+        positions = torch.arange(cache.start + at, cache.start + at + n)
+        q, k, v = self.qkv(x, positions, p)  # [n, heads|kv, d]
+        cache.k[:, at : at + n] = k.transpose(0, 1)
+        cache.v[:, at : at + n] = v.transpose(0, 1)
+        keys, values = cache.k[:, : at + n], cache.v[:, : at + n]  # [kv, L, d]
+        mask = torch.ones(n, at + n, dtype=torch.bool).tril(at)  # row i sees rows <= at + i
+        attn = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
+                                              enable_gqa=True)  # [heads, n, d]
+        out = self.finish(x, attn.transpose(0, 1).reshape(n, -1), p)
+        cache.length = at + (n if keep is None else keep)
+        cache.tokens.extend(tokens[: n if keep is None else keep])
+        return out
+
+    @torch.inference_mode()
+    def draft(self, cache: EagleCache, feature: torch.Tensor, token: int, k: int,
+              more: Callable[[list[float]], bool] | None = None,
+              keep: Callable[[float, int], bool] | None = None) -> tuple[list[int], list[float]]:
+        """Up to ``k`` drafts after ``token`` from the target's feature ``[H]`` at the cache's next
+        position; each draft's row stays in the cache only while drafting (the cache is rolled
+        back to where it was, plus the first row, which is the target's own and stays valid).
+        ``more`` / ``keep`` as in ``RecurrentHead.draft``. Returns (tokens, top probabilities)."""
+        p = self._inference()
+        base = cache.length
+        f = self.extend(cache, feature.reshape(1, -1), [token])  # [1, H]: row base is the target's
+        tokens: list[int] = []
+        tops: list[float] = []
+        for i in range(k):
+            if i and more is not None and not more(tops):
+                break
+            prob = torch.softmax((f @ p["head"].T).float(), -1)[0]  # [V']
+            top, at = prob.max(0)
+            if keep is not None and not keep(float(top), i):
+                break
+            tokens.append(int(self.ids[at]))
+            tops.append(float(top))
+            if i + 1 < k and cache.length < cache.k.shape[1]:
+                f = self.extend(cache, f, [tokens[-1]])
+            else:
+                break
+        cache.rollback(base + 1)
+        return tokens, tops
+
+    def nbytes(self) -> int:
+        """Bytes read per draft step (bfloat16 weights and head rows)."""
+        return 2 * (sum(t.numel() for t in self.params().values()) + self.head.numel())
+
+    def save(self, path: Path, info: object) -> None:
+        s = self.shape
+        meta = {"format": FORMAT, "info": json.dumps(info.__dict__),
+                "shape": json.dumps(s.__dict__)}
+        save_file({n: t.detach().to(torch.bfloat16).contiguous() for n, t in self.params().items()}
+                  | {"ids": self.ids.to(torch.int32)}, str(path), metadata=meta)

@@ -1,0 +1,113 @@
+"""Drafting with an EAGLE head (``specd.models.eagle``) over the target's own features.
+
+The head attends over every earlier position it has seen, so it needs the target's feature (its
+final-normed hidden state) at every position of the sequence, not only the last forward's. The
+target hands them over as it computes them (``CausalLM.watch_hidden``): prefill chunks, decode
+steps and verification forwards alike. They are kept by position, with the tokens they were
+computed from; a position's feature is trusted only while those tokens are still the sequence's
+(a rollback, a new prompt or a prefix-cache restore that no forward saw all show up as a
+mismatch, and the features before it are then dropped).
+
+At the top of a round the target's cache holds ``seq[:-1]``; the head's cache is brought up to
+position ``len(seq) - 3`` (each row ``t`` fused from ``f_t`` and ``seq[t + 1]``), then the chain is
+drafted from ``f_{len(seq) - 2}`` and ``seq[-1]``. The head's own rows are reused across rounds
+and requests while the tokens they were computed from match. Its context is the last ``window``
+positions at most (the head was trained on windows of 512).
+
+Drafts are the head's top tokens, verified as one-hot proposals (as ``head_drafter``): in greedy
+mode a draft is accepted when it is the target's greedy token, so the output is exactly the
+target's either way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specd.engine.budget import DraftBudget
+from specd.engine.drafters import Chain
+from specd.engine.sampling import SamplingParams
+from specd.models.eagle import EagleHead
+from specd.models.errors import ModelError
+from specd.models.protocol import CausalLM
+
+
+def _common(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Length of the common prefix of two 1-D token tensors."""
+    n = min(a.numel(), b.numel())
+    if n == 0:
+        return 0
+    same = a[:n] == b[:n]
+    return n if bool(same.all()) else int(torch.argmin(same.to(torch.int8)))
+
+
+class EagleDrafter:
+    """See the module docstring."""
+
+    def __init__(self, target: CausalLM, head: EagleHead, window: int = 512) -> None:
+        if not target.watch_hidden(self._sink):
+            raise ModelError("an EAGLE head needs a target runtime that hands over its hidden states "
+                             "(the torch Decoder, GGUF or quantized)")
+        self.target = target
+        self.head = head
+        self.window = window
+        cap = target.max_len
+        self.features = torch.zeros(cap, head.shape.hidden, dtype=torch.bfloat16)  # [cap, H] by position
+        self.feature_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence they were computed from
+        self.feature_len = 0  # features[:feature_len] were computed from feature_tokens[:feature_len] ...
+        self.feature_base = 0  # ... from this position on (earlier ones: not seen, or stale)
+        self.cache = head.new_cache(cap)
+        self.cache_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence the head's rows were computed from
+        self.rounds_without_state = 0
+
+    @property
+    def max_len(self) -> int:
+        return self.target.max_len
+
+    def _sink(self, start: int, states: torch.Tensor, context: torch.Tensor) -> None:
+        end = start + states.shape[0]
+        if start < self.feature_base or start > self.feature_len or not torch.equal(
+                self.feature_tokens[self.feature_base : start], context[self.feature_base : start].long()):
+            self.feature_base = start  # what came before was computed from other tokens, or never seen
+        self.features[start:end] = states.to(torch.bfloat16)
+        self.feature_tokens[:end] = context[:end]
+        self.feature_len = end
+
+    def prefill(self, context: list[int]) -> int:
+        return 0  # the head's rows are brought up to date when a round needs them
+
+    def _sync(self, seq: torch.Tensor) -> bool:
+        """Bring the head's cache to rows ``.. len(seq) - 3`` under ``seq``; False when the
+        target's features do not cover them."""
+        last = seq.numel() - 2  # the position drafting starts from
+        if last < self.feature_base or self.feature_len < last + 1 or not torch.equal(
+                self.feature_tokens[self.feature_base : last + 1], seq[self.feature_base : last + 1]):
+            return False
+        c = self.cache
+        ok = _common(self.cache_tokens[: c.start + c.length + 1], seq)  # rows t < ok - 1 are valid
+        c.rollback(max(0, min(ok - 1, last) - c.start))  # row `last` is the draft's own first row
+        lo = max(self.feature_base, last - self.window)
+        if c.start + c.length < lo or c.start < self.feature_base:
+            c.start, c.length = lo, 0  # a fresh context: the rows before lo are not ours to attend
+            c.tokens.clear()
+        at = c.start + c.length
+        if at < last:
+            self.head.extend(c, self.features[at:last], seq[at + 1 : last + 1].tolist())
+        return True
+
+    def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
+                generator: torch.Generator | None) -> Chain:
+        tokens = torch.tensor(seq, dtype=torch.long)
+        if len(seq) < 2 or not budget.may_draft([]) or not self._sync(tokens):
+            self.rounds_without_state += len(seq) >= 2 and budget.may_draft([])
+            return Chain(torch.zeros(0, dtype=torch.long), None)
+        last = len(seq) - 2
+        drafts, _ = self.head.draft(self.cache, self.features[last], seq[-1], budget.k, budget.may_draft,
+                                    budget.keeps)
+        self.cache_tokens[: len(seq)] = tokens
+        return Chain(torch.tensor(drafts, dtype=torch.long), None)  # [k], one-hot proposals
+
+    def commit(self, valid: int) -> None:
+        """Nothing to roll back now: the next round checks the head's rows against its sequence."""
+
+    def close(self) -> None:
+        self.target.watch_hidden(None)

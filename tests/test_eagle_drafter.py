@@ -1,0 +1,120 @@
+"""Drafting with an EAGLE head (specd.engine.eagle_drafter): the output stays exactly the target's,
+and the head's context is the target's own features at the right positions."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from specd.engine.eagle_drafter import EagleDrafter
+from specd.engine.sampling import SamplingParams
+from specd.engine.speculative import Decoding, generate
+from specd.models.eagle import EagleHead, EagleShape
+from specd.models.heads import HeadsInfo, load
+from tests.test_sampling import _chi2_pvalue
+from tests.tiny import tiny_decoder
+
+
+def _eagle(target, seed: int = 0, scale: float = 0.3, vocab: int | None = None) -> EagleHead:
+    """A random EAGLE head over ``target``'s own output rows and embeddings."""
+    g = torch.Generator().manual_seed(seed)
+    v, h = target.vocab_size, target.config.hidden_size
+    ids = torch.arange(v) if vocab is None else torch.randperm(v, generator=g)[:vocab].sort().values
+    torch.manual_seed(seed)
+    head = EagleHead(EagleShape(h, heads=4, kv_heads=2, head_dim=8, width=48), target.lm_head.weight.float()[ids],
+                     ids, lambda rows: target.embed[rows].float())
+    with torch.no_grad():
+        head.wo.normal_(0, scale)
+        head.down.normal_(0, scale)
+    return head
+
+
+@pytest.mark.parametrize("k", [1, 3, 5])
+@pytest.mark.parametrize("vocab", [None, 40])
+def test_greedy_matches_target_with_eagle_drafts(k: int, vocab: int | None) -> None:
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16)
+    prompt = [3, 17, 42, 8, 8, 61, 5]
+    plain, _ = generate(target, prompt, Decoding(40))
+    target.reset()
+    drafter = EagleDrafter(target, _eagle(target, vocab=vocab))
+    spec, stats = generate(target, prompt, Decoding(40), drafter, k=k)
+    assert spec == plain
+    assert stats.drafted > 0
+    assert drafter.rounds_without_state == 0  # the prefill handed its features over: even round 1 drafts
+
+
+def test_the_heads_context_is_the_targets_features_in_order() -> None:
+    """After decoding (rollbacks, a second request that shares a prefix), each row of the head's
+    cache is what the head computes from the target's own features over the final sequence: the
+    drafter fed the right feature and token at every position."""
+    target = tiny_decoder(seed=1, dtype=torch.bfloat16)
+    head = _eagle(target, seed=2)
+    drafter = EagleDrafter(target, head)
+    first, _ = generate(target, [9, 4, 33, 12, 12, 7], Decoding(20), drafter, k=3)
+    prompt = [9, 4, 33, 12, 12, 7] + first[:5] + [50, 51]  # same start, then new tokens
+    out, stats = generate(target, prompt, Decoding(20), drafter, k=3)
+    assert stats.drafted > 0
+    seq = prompt + out
+    c = drafter.cache
+    rows = c.length - 1  # the last row was the last round's own (its feature, the round's token)
+    assert c.start == 0 and rows > len(prompt)
+    target.reset()  # the features of the whole sequence from one fresh forward
+    target.forward(torch.tensor(seq[: rows + 1]))
+    feats = target.last_hidden().states  # [rows + 1, H]
+    fresh = head.new_cache(256)
+    head.extend(fresh, feats[:rows], seq[1 : rows + 1])
+    torch.testing.assert_close(c.k[:, :rows].float(), fresh.k[:, :rows].float(), atol=0.05, rtol=0.05)
+    torch.testing.assert_close(c.v[:, :rows].float(), fresh.v[:, :rows].float(), atol=0.05, rtol=0.05)
+
+
+@pytest.mark.slow
+def test_eagle_drafts_sample_from_the_target() -> None:
+    """Sampling: the joint distribution of the first two tokens with EAGLE drafts is the target's
+    exact one (chi-square)."""
+    target = tiny_decoder(seed=4, vocab=10, hidden=16)
+    head = _eagle(target, seed=5, scale=1.0)
+    prompt, v, samples = [1, 2, 3], 10, 20_000
+    with torch.no_grad():
+        target.reset()
+        p1 = torch.softmax(target.forward(torch.tensor(prompt)).double()[-1], -1)
+        exact = torch.zeros(v, v, dtype=torch.float64)
+        for t1 in range(v):
+            target.reset()
+            exact[t1] = p1[t1] * torch.softmax(target.forward(torch.tensor(prompt + [t1])).double()[-1], -1)
+    g = torch.Generator().manual_seed(0)
+    counts = torch.zeros(v, v, dtype=torch.float64)
+    drafted = 0
+    drafter = EagleDrafter(target, head)
+    for _ in range(samples):
+        target.reset()
+        out, stats = generate(target, prompt, Decoding(3, SamplingParams(temperature=1.0), generator=g), drafter, k=2)
+        counts[out[0], out[1]] += 1
+        drafted += stats.drafted
+    assert drafted > samples // 2
+    assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
+
+
+def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path) -> None:
+    """An EAGLE head file, loaded as ``--drafter heads --heads FILE`` loads it, through the engine
+    with the prefix cache on: greedy speculative text == target-only text, request after request."""
+    from specd.engine.config import EngineConfig
+    from specd.engine.engine import CompletionRequest, Engine
+    from specd.engine.policy import CostModel
+    from tests.tiny import tiny_tokenizer
+
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
+    head = _eagle(target, seed=3)
+    path = tmp_path / "eagle.safetensors"
+    head.save(path, HeadsInfo("tiny", "", 48, target.config.hidden_size, target.vocab_size))
+    back = load(path, lambda rows: target.lm_head.weight.float()[rows], lambda rows: target.embed[rows].float())
+    assert isinstance(back, EagleHead) and back.shape == head.shape
+    config = EngineConfig(draft=None, drafter="heads", k="auto", prefix_cache_mb=8)
+    engine = Engine(target, tiny_tokenizer(), config=config, heads=back,
+                    costs=CostModel(0.05, tuple(10.0 + i for i in range(9))))
+    for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"):
+        spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24))
+        plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24, mode="target"))
+        assert spec.tokens == plain.tokens
+        assert spec.stats.drafted > 0

@@ -1,0 +1,112 @@
+"""The EAGLE head (specd.models.eagle): drafting from its cache computes what training computed."""
+
+from __future__ import annotations
+
+import torch
+
+from specd.heads.train import Embeddings, Split
+from specd.heads.train_eagle import EagleSettings, evaluate_eagle, train_eagle
+from specd.models.eagle import EagleHead, EagleShape
+
+H, V = 32, 50
+
+
+def _head(seed: int = 0) -> tuple[EagleHead, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    table = torch.randn(V, H, generator=g)  # the "target's" embedding rows
+    rows = torch.randn(V, H, generator=g)  # its output rows, the whole vocabulary as the sub-vocabulary
+    torch.manual_seed(seed)
+    head = EagleHead(EagleShape(H, heads=4, kv_heads=2, head_dim=8, width=64), rows, torch.arange(V),
+                     lambda ids: table[ids])
+    with torch.no_grad():  # non-zero output projections, so attention and the MLP both count
+        head.wo.normal_(0, 0.3)
+        head.down.normal_(0, 0.3)
+    return head, table
+
+
+def test_cached_rows_match_the_teacher_forced_window() -> None:
+    head, _ = _head()
+    g = torch.Generator().manual_seed(1)
+    feats = torch.randn(9, H, generator=g)
+    toks = torch.randint(V, (9,), generator=g).tolist()
+    with torch.no_grad():
+        whole = head(feats[None], head.embed_rows(torch.tensor(toks))[None])[0]  # [9, H] float32
+    cache = head.new_cache(16)
+    parts = [head.extend(cache, feats[:4], toks[:4]), head.extend(cache, feats[4:5], toks[4:5]),
+             head.extend(cache, feats[5:], toks[5:])]
+    cached = torch.cat(parts).float()
+    assert cache.length == 9 and cache.tokens == toks
+    assert torch.allclose(cached, whole, atol=0.05 * float(whole.abs().max())), (cached - whole).abs().max()
+
+
+def test_draft_leaves_the_cache_one_row_longer() -> None:
+    head, _ = _head()
+    g = torch.Generator().manual_seed(2)
+    cache = head.new_cache(32)
+    head.extend(cache, torch.randn(5, H, generator=g), [1, 2, 3, 4, 5])
+    before = cache.k[:, :5].clone()
+    tokens, tops = head.draft(cache, torch.randn(H, generator=g), 7, k=4)
+    assert len(tokens) == 4 and all(0 < p <= 1 for p in tops)
+    assert cache.length == 6 and cache.tokens == [1, 2, 3, 4, 5, 7]
+    assert torch.equal(cache.k[:, :5], before)
+    again, _ = head.draft(cache, torch.randn(H, generator=torch.Generator().manual_seed(3)), 9, k=4)
+    assert cache.length == 7 and len(again) == 4
+
+
+def _split(head: EagleHead, seed: int, windows: int = 3, n: int = 12, k: int = 3) -> Split:
+    """Windows whose labels are the head's own greedy chain from every position (so a perfect
+    evaluator scores 1.0 wherever the corpus follows them)."""
+    g = torch.Generator().manual_seed(seed)
+    hidden, tokens, starts = [], [], [0]
+    for _ in range(windows):
+        hidden.append(torch.randn(n, H, generator=g))
+        tokens.append(torch.randint(V, (n,), generator=g))
+        starts.append(starts[-1] + n)
+    hid, tok = torch.cat(hidden), torch.cat(tokens)
+    labels = torch.full((hid.shape[0], k), -1, dtype=torch.long)
+    for w in range(windows):
+        a, b = starts[w], starts[w + 1]
+        for t in range(a, b - 1):  # the head's chain from t, drafted through its cache
+            cache = head.new_cache(64)
+            if t > a:
+                head.extend(cache, hid[a:t], tok[a + 1 : t + 1].tolist())
+            chain, _ = head.draft(cache, hid[t], int(tok[t + 1]), k)
+            labels[t, : len(chain)] = torch.tensor(chain)
+    follows = torch.ones(hid.shape[0], dtype=torch.bool)
+    run = torch.full((hid.shape[0],), k)
+    later = torch.full((hid.shape[0], k), -1)
+    return Split(hid.half(), labels, follows, later, tok, run, ["x"], torch.zeros(hid.shape[0], dtype=torch.int8),
+                 torch.tensor(starts))
+
+
+def test_held_out_figures_draft_as_decoding_does() -> None:
+    head, table = _head()
+    split = _split(head, seed=4)
+    split.hidden = split.hidden.float()  # the evaluator reads what the drafts were made from
+    embed = Embeddings(lambda ids: table[ids], split)
+    figures = evaluate_eagle(head, split, embed, k=3)
+    chain = figures["decoding"]["chain"]
+    assert min(chain) >= 0.85, chain  # bfloat16 drafting vs float32 figures: near ties may differ; misaligned ~1/V
+
+
+def test_training_learns_a_copy_task() -> None:
+    """Labels that only attention can get (the token two positions back): the head must learn them."""
+    head, table = _head(seed=5)
+    g = torch.Generator().manual_seed(6)
+    w, n = 40, 16
+    tok = torch.randint(V, (w * n,), generator=g)
+    starts = torch.arange(0, w * n + 1, n)
+    labels = torch.full((w * n, 1), -1, dtype=torch.long)
+    for s in range(w):
+        a = s * n
+        for t in range(a + 1, a + n - 1):
+            labels[t, 0] = tok[t - 1]  # what follows position t + 1: the token at t - 1
+    split = Split(torch.randn(w * n, H, generator=g).half(), labels, torch.ones(w * n, dtype=torch.bool),
+                  torch.full((w * n, 1), -1), tok, torch.ones(w * n, dtype=torch.long), ["x"],
+                  torch.zeros(w * n, dtype=torch.int8), starts)
+    embed = Embeddings(lambda ids: table[ids], split)
+    before = evaluate_eagle(head, split, embed, k=1)["decoding"]["chain"][0]
+    settings = EagleSettings(steps=120, windows=8, lr=1e-2, noise=0.0, ce_weight=1.0, eval_every=120, chain=1)
+    train_eagle(head, split, split, embed, settings, report=lambda _: None)
+    after = evaluate_eagle(head, split, embed, k=1)["decoding"]["chain"][0]
+    assert before < 0.2 and after > 0.8, (before, after)
