@@ -46,6 +46,14 @@ HEAD_INPUT = "head_input"  # the observer's name for the output head's input (ca
 LinearFactory = Callable[[str, Callable[[], torch.Tensor]], Linear]
 
 
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding in the half-split form Qwen uses: ``x`` ``[..., n, heads, hd]``,
+    ``cos`` / ``sin`` ``[n, 1, hd]``."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
 class Decoder(CacheOwner):
     """Weights (a flat dict with Hugging Face names) plus one KV cache."""
 
@@ -172,13 +180,6 @@ class Decoder(CacheOwner):
         angles = torch.cat([angles, angles], dim=-1)  # [n, hd]
         return angles.cos().float(), angles.sin().float()
 
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        # x: [n, heads, hd]; cos/sin: [n, 1, hd]
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
-
     def _visible(self, li: int, start: int, i: int, seen: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values ``[nkv, L, hd]`` that new token ``i`` attends to: the cache, then the
         new tokens it sees. ``seen`` None means new tokens ``0..i`` (a view, no copy)."""
@@ -280,8 +281,8 @@ class Decoder(CacheOwner):
             if layer["qkv_bias"] is not None:
                 qkv = qkv + layer["qkv_bias"]
             q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-            q = self._rotate(q.view(n, nh, hd), cos, sin)
-            k = self._rotate(k.view(n, nkv, hd), cos, sin)
+            q = rotate(q.view(n, nh, hd), cos, sin)
+            k = rotate(k.view(n, nkv, hd), cos, sin)
             cache.k[li, :, start:end] = k.transpose(0, 1)
             cache.v[li, :, start:end] = v.view(n, nkv, hd).transpose(0, 1)
             if per_row:

@@ -31,6 +31,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from specd.models.decoder import rotate
+
 FORMAT = "specd-eagle-1"
 RowReader = Callable[[torch.Tensor], torch.Tensor]  # token ids [n] -> float32 rows [n, H]
 PARAMS = ("fc", "in_norm", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "post_norm", "gate", "up", "down")
@@ -54,8 +56,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     ang = positions.float()[:, None] * inv[None, :]  # [n, d/2]
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)  # [n, 1, d]
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
-    a, b = x[..., : d // 2], x[..., d // 2 :]
-    return x * cos + torch.cat([-b, a], -1) * sin
+    return rotate(x, cos, sin)
 
 
 @dataclass
@@ -152,11 +153,10 @@ class EagleHead(torch.nn.Module):
         return self._infer
 
     @torch.inference_mode()
-    def extend(self, cache: EagleCache, features: torch.Tensor, tokens: list[int], keep: int | None = None
-               ) -> torch.Tensor:
+    def extend(self, cache: EagleCache, features: torch.Tensor, tokens: list[int]) -> torch.Tensor:
         """Append rows to ``cache``: ``features`` ``[n, H]`` (``f_t`` for the next ``n``
         positions) each fused with ``tokens[i]`` (the token after it). Returns ``f̂`` ``[n, H]``
-        (bfloat16). ``keep``: rows of these to keep in the cache (default all)."""
+        (bfloat16)."""
         p = self._inference()
         n = features.shape[0]
         if cache.length + n > cache.k.shape[1]:
@@ -173,8 +173,8 @@ class EagleHead(torch.nn.Module):
         attn = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
                                               enable_gqa=True)  # [heads, n, d]
         out = self.finish(x, attn.transpose(0, 1).reshape(n, -1), p)
-        cache.length = at + (n if keep is None else keep)
-        cache.tokens.extend(tokens[: n if keep is None else keep])
+        cache.length = at + n
+        cache.tokens.extend(tokens)
         return out
 
     @torch.inference_mode()

@@ -117,6 +117,12 @@ def shipped(target: str) -> Path | None:
 
 def read_info(path: Path) -> tuple[str, HeadsInfo]:
     """(format, info) of a heads file; ModelError when it is not one."""
+    meta = _metadata(path)
+    return meta["format"], HeadsInfo(**json.loads(meta["info"]))
+
+
+def _metadata(path: Path) -> dict[str, str]:
+    """A heads file's safetensors metadata; ModelError when it is not a heads file."""
     from safetensors import safe_open
 
     try:
@@ -126,23 +132,21 @@ def read_info(path: Path) -> tuple[str, HeadsInfo]:
         raise ModelError(f"cannot read draft heads {path}: {e}") from e
     if meta.get("format") not in (FORMAT, RECURRENT_FORMAT, EAGLE_FORMAT):
         raise ModelError(f"{path} is not a specd draft heads file (format {meta.get('format')!r})")
-    return meta["format"], HeadsInfo(**json.loads(meta["info"]))
+    return meta
 
 
 def load(path: Path, head_rows: "RowReader", embed_rows: "RowReader | None" = None
          ) -> "MedusaHeads | RecurrentHead | EagleHead":
     """A heads file, its shared head rows (and a recurrent or EAGLE head's embedding rows) read
     from the target (``head_rows(ids)`` -> float32 ``[V', H]``)."""
-    fmt, info = read_info(path)
+    meta = _metadata(path)
+    fmt, info = meta["format"], HeadsInfo(**json.loads(meta["info"]))
     tensors = load_file(str(path))
     ids = tensors["ids"].long()
     if fmt == EAGLE_FORMAT:
-        from safetensors import safe_open
-
         if embed_rows is None:
             raise ModelError(f"{path}: an EAGLE head needs the target's embedding rows")
-        with safe_open(str(path), "pt") as f:
-            shape = EagleShape(**json.loads((f.metadata() or {})["shape"]))
+        shape = EagleShape(**json.loads(meta["shape"]))
         eagle = EagleHead(shape, head_rows(ids), ids, embed_rows)
         with torch.no_grad():
             for name in PARAMS:

@@ -44,10 +44,11 @@ RULES: dict[str, tuple[str, ...]] = {
 }
 # the bench reaches models through the engine and specd.app; of specd.models it may name only these
 BENCH_MAY_IMPORT = ("specd.models.protocol", "specd.models.registry", "specd.models.modes", "specd.models.errors")
-# the engine reads models through their runtime (and the quantization modes its settings name), never
-# through loading: which models exist and where they are found is the faces' and specd.app's business
+# the engine reads models through their runtime (and the quantization modes its settings name; draft
+# heads' runtimes: heads, eagle), never through loading: which models exist and where they are found
+# is the faces' and specd.app's business
 ENGINE_MAY_IMPORT = ("specd.models.protocol", "specd.models.tokenizer", "specd.models.kv_cache",
-                     "specd.models.profile", "specd.models.heads", "specd.models.modes")
+                     "specd.models.profile", "specd.models.heads", "specd.models.eagle", "specd.models.modes")
 # modules the thin paths import; importing any of them must not import these
 THIN = ("specd.cli", "specd.requests", "specd.schema", "specd.config", "specd.engine.config",
         "specd.daemon.client", "specd.daemon.protocol", "specd.daemon.config", "specd.lsp.server",

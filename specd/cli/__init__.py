@@ -9,7 +9,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from specd.engine.errors import VocabularyMismatch
+from specd.engine.errors import UnsupportedDrafter, VocabularyMismatch
 from specd.models.errors import ModelError
 from specd.requests import Cancelled, RequestError
 from specd.schema import ConfigError
@@ -34,7 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (ModelError, RequestError, ConfigError, VocabularyMismatch) as e:
+    except (ModelError, RequestError, ConfigError, VocabularyMismatch, UnsupportedDrafter) as e:
         print(f"specd: error: {e}", file=sys.stderr)
         return 2
     except Cancelled:

@@ -25,19 +25,11 @@ import torch
 
 from specd.engine.budget import DraftBudget
 from specd.engine.drafters import Chain
+from specd.engine.errors import UnsupportedDrafter
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
-from specd.models.errors import ModelError
+from specd.models.kv_cache import common_prefix
 from specd.models.protocol import CausalLM
-
-
-def _common(a: torch.Tensor, b: torch.Tensor) -> int:
-    """Length of the common prefix of two 1-D token tensors."""
-    n = min(a.numel(), b.numel())
-    if n == 0:
-        return 0
-    same = a[:n] == b[:n]
-    return n if bool(same.all()) else int(torch.argmin(same.to(torch.int8)))
 
 
 class EagleDrafter:
@@ -45,7 +37,7 @@ class EagleDrafter:
 
     def __init__(self, target: CausalLM, head: EagleHead, window: int = 512) -> None:
         if not target.watch_hidden(self._sink):
-            raise ModelError("an EAGLE head needs a target runtime that hands over its hidden states "
+            raise UnsupportedDrafter("an EAGLE head needs a target runtime that hands over its hidden states "
                              "(the torch Decoder, GGUF or quantized)")
         self.target = target
         self.head = head
@@ -83,7 +75,7 @@ class EagleDrafter:
                 self.feature_tokens[self.feature_base : last + 1], seq[self.feature_base : last + 1]):
             return False
         c = self.cache
-        ok = _common(self.cache_tokens[: c.start + c.length + 1], seq)  # rows t < ok - 1 are valid
+        ok = common_prefix(self.cache_tokens, c.start + c.length + 1, seq)  # rows t < ok - 1 are valid
         c.rollback(max(0, min(ok - 1, last) - c.start))  # row `last` is the draft's own first row
         lo = max(self.feature_base, last - self.window)
         if c.start + c.length < lo or c.start < self.feature_base:

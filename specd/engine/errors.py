@@ -6,3 +6,8 @@ from __future__ import annotations
 
 class VocabularyMismatch(ValueError):
     """A draft whose token ids do not mean what the target's mean."""
+
+
+class UnsupportedDrafter(ValueError):
+    """A drafter the target runtime cannot serve (an EAGLE head over a runtime that keeps its hidden
+    states to itself)."""

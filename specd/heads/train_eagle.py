@@ -62,15 +62,14 @@ def train_eagle(head: EagleHead, train_split: Split, val: Split, embed: Embeddin
         goal = torch.zeros(len(spans), t, hdim)
         emb = torch.zeros(len(spans), t, hdim)
         lab = torch.full((len(spans), t), -100, dtype=torch.long)
+        valid = torch.zeros(len(spans), t, dtype=torch.bool)
         for i, (a, b) in enumerate(spans):
             n = b - a - 1
+            valid[i, :n] = True
             feat[i, :n] = train_split.hidden[a : b - 1].float()
             goal[i, :n] = train_split.hidden[a + 1 : b].float()
             emb[i, :n] = embed(train_split.tokens[a + 1 : b])
             lab[i, :n] = labels[a : b - 1]
-        valid = torch.zeros(len(spans), t, dtype=torch.bool)
-        for i, (a, b) in enumerate(spans):
-            valid[i, : b - a - 1] = True
         rms = feat.pow(2).mean(-1, keepdim=True).sqrt()
         feat = feat + settings.noise * rms * torch.randn(feat.shape, generator=g)
         pred = head(feat, emb)  # [B, T, H]
