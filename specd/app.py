@@ -14,6 +14,7 @@ import logging
 import os
 import platform
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -22,6 +23,7 @@ from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, convex_curve, costs_hold, measure_costs
 from specd.engine.head_drafter import DraftHeads
 from specd.models import heads, hub_gguf, kernels
+from specd.models.eagle import EagleHead
 from specd.models.errors import ModelError
 from specd.models.footprint import Footprint, NotEnoughMemory, available_memory, estimate
 from specd.models.loader import LoadedModel, load_model, resolve
@@ -34,6 +36,7 @@ log = logging.getLogger("specd.app")
 COSTS_KEY_VERSION = "costs-v7"  # bump when what the cost curve measures changes (v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free; v7: attention prefetched, the KV cache on huge pages)
 # environment variables that change which kernels run (a curve measured under one misleads another)
 KERNEL_ENV = ("SPECD_GG_SIMD",)
+EAGLE_COST_CONTEXT = 512  # rows an EAGLE head's timed step attends over (EagleDrafter's window)
 
 
 def load_target(config: EngineConfig) -> LoadedModel:
@@ -164,11 +167,7 @@ def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None,
     N-gram drafts cost nothing; a draft by heads costs one step of them (a Medusa call for all K,
     counted per draft: an upper bound)."""
     path = costs_path(config, target, draft)
-    step = None
-    if draft_heads is not None:
-        state = torch.randn(target_hidden_size(draft_heads))
-        step = (lambda: draft_heads.draft(state, 0, 1)) if isinstance(draft_heads, heads.RecurrentHead) \
-            else (lambda: draft_heads.draft_logits(state, 1))
+    step = None if draft_heads is None else head_step(draft_heads)
     cost = read_costs(path)
     if cost is not None and not costs_hold(cost, target, draft, draft_step=step):
         log.info("stored step costs %s no longer match this machine's steps: measuring again", path)
@@ -179,6 +178,25 @@ def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None,
     if draft is None and draft_heads is None:
         cost = CostModel(0.0, cost.verify_ms)
     return cost
+
+
+def head_step(draft_heads: DraftHeads, context: int = EAGLE_COST_CONTEXT) -> Callable[[], object]:
+    """One draft step of ``draft_heads``, to time: a recurrent or EAGLE head's step for one token
+    (an EAGLE head's attending over ``context`` rows of its own cache, as at an editor's prompt),
+    a Medusa call for all its heads."""
+    state = torch.randn(target_hidden_size(draft_heads))
+    if isinstance(draft_heads, heads.RecurrentHead):
+        return lambda: draft_heads.draft(state, 0, 1)
+    if isinstance(draft_heads, EagleHead):
+        cache = draft_heads.new_cache(context + 1)
+        draft_heads.extend(cache, torch.randn(context, state.numel()), [0] * context)
+
+        def eagle_step() -> object:
+            out = draft_heads.draft(cache, state, 0, 1)
+            cache.rollback(context)
+            return out
+        return eagle_step
+    return lambda: draft_heads.draft_logits(state, 1)
 
 
 def target_hidden_size(draft_heads: DraftHeads) -> int:

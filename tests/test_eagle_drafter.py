@@ -101,7 +101,6 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path) -> None:
     with the prefix cache on: greedy speculative text == target-only text, request after request."""
     from specd.engine.config import EngineConfig
     from specd.engine.engine import CompletionRequest, Engine
-    from specd.engine.policy import CostModel
     from tests.tiny import tiny_tokenizer
 
     target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
@@ -110,11 +109,28 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path) -> None:
     head.save(path, HeadsInfo("tiny", "", 48, target.config.hidden_size, target.vocab_size))
     back = load(path, lambda rows: target.lm_head.weight.float()[rows], lambda rows: target.embed[rows].float())
     assert isinstance(back, EagleHead) and back.shape == head.shape
-    config = EngineConfig(draft=None, drafter="heads", k="auto", prefix_cache_mb=8)
-    engine = Engine(target, tiny_tokenizer(), config=config, heads=back,
-                    costs=CostModel(0.05, tuple(10.0 + i for i in range(9))))
+    # K fixed: K auto would follow this tiny target's real step times (LiveCosts), against which
+    # a random head's drafts may not pay, and draft nothing some runs
+    config = EngineConfig(draft=None, drafter="heads", k=4, prefix_cache_mb=8)
+    engine = Engine(target, tiny_tokenizer(), config=config, heads=back)
     for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"):
         spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24))
         plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24, mode="target"))
         assert spec.tokens == plain.tokens
         assert spec.stats.drafted > 0
+
+
+def test_k_auto_times_one_eagle_step() -> None:
+    """K auto's cost of an EAGLE draft (``specd.app.head_step``): one step of the head over a full
+    context, leaving the timed cache as it found it, so every timed step costs the same."""
+    from specd.app import head_step
+    from specd.engine.policy import measure_costs
+
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
+    head = _eagle(target, seed=3)
+    step = head_step(head, context=32)
+    tokens, tops = step()
+    assert len(tokens) == 1 and 0.0 < tops[0] <= 1.0
+    assert step()[0] == tokens  # the same state, the same cache: the same draft
+    cost = measure_costs(target, None, sizes=(1, 2), context=16, reps=2, draft_step=step)
+    assert cost.draft_ms > 0
