@@ -18,7 +18,9 @@ too few tokens to time). specd's continuation cache (a repeated
 greedy prompt gets its last answer as free drafts) is defeated before every timed speculative
 request by an untimed one-token request with another suffix, so speculation earns its tokens.
 
-Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llama-server target).
+Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llama-server target),
+and with ``--heads FILE`` also ``heads``: a second daemon, ``--drafter heads --heads FILE``, K auto
+(both daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
 Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
 
@@ -93,13 +95,20 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=None, help="JSON of every raw measurement")
+    ap.add_argument("--heads", type=Path, default=None,
+                    help="a draft heads file: adds mode 'heads', a second daemon drafting with it")
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
+    if args.heads is not None and "heads" not in modes:
+        modes.append("heads")
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
+    heads = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", "heads", "--heads",
+                   str(args.heads)]) if "heads" in modes else None
+    daemons = {"spec": specd, "target": specd, "heads": heads}
     bins = find_binaries()
     if "llama" in modes and bins is None:
         raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
@@ -108,6 +117,8 @@ def main() -> int:
     try:
         for i, t in enumerate(tasks):
             specd.warm(t)
+            if heads is not None:
+                heads.warm(t)
             if llama is not None:
                 llama.infill(t["prefix"], t["suffix"], 0, cache_prompt=True)
             row = {"id": t["id"]}
@@ -117,9 +128,10 @@ def main() -> int:
                         r = llama.infill(t["prefix"], t["suffix"], n, cache_prompt=True)
                         ms, got, info = r.wall_ms, r.predicted_n, {"predicted_per_token_ms": r.decode_ms_per_token}
                     else:
-                        if mode == "spec":  # no free drafts from a remembered answer
-                            specd.complete(t, 1, "target", suffix=t["suffix"] + "\n#")
-                        ms, got, info = specd.complete(t, n, mode)
+                        daemon = daemons[mode]
+                        if mode != "target":  # no free drafts from a remembered answer
+                            daemon.complete(t, 1, "target", suffix=t["suffix"] + "\n#")
+                        ms, got, info = daemon.complete(t, n, "target" if mode == "target" else "spec")
                     row[f"{mode}_{n}"] = {"wall_ms": round(ms, 2), "tokens": got,
                                           **({"acceptance": info.get("acceptance_rate"),
                                               "decode_ms_per_token": info.get("decode_ms_per_token")}
@@ -140,6 +152,8 @@ def main() -> int:
                 flush=True)
     finally:
         specd.stop()
+        if heads is not None:
+            heads.stop()
         if llama is not None:
             llama.stop()
     counted = [r for r in raw if r["counted"]]
@@ -160,6 +174,12 @@ def main() -> int:
         summary["target / spec (speedup)"] = round(med["target"] / med["spec"], 3)
         per = [r["target_ms_per_token"] / r["spec_ms_per_token"] for r in counted]
         summary["speedup per task median"] = round(statistics.median(per), 3) if per else None
+    if med.get("heads") and med.get("target"):
+        summary["target / heads (speedup)"] = round(med["target"] / med["heads"], 3)
+        per = [r["target_ms_per_token"] / r["heads_ms_per_token"] for r in counted]
+        summary["heads speedup per task median"] = round(statistics.median(per), 3) if per else None
+    if med.get("llama") and med.get("heads"):
+        summary["heads / llama"] = round(med["heads"] / med["llama"], 3)
     print(json.dumps(summary, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ def _default_dir(target: str) -> Path:
 
 
 def register(subparsers: Any) -> None:
-    h = subparsers.add_parser("heads", help="train Medusa draft heads for a target on this machine")
+    h = subparsers.add_parser("heads", help="train draft heads (EAGLE, recurrent, Medusa) for a target on this machine")
     hsub = h.add_subparsers(dest="heads_command", required=True)
     d = hsub.add_parser("data", help="run the target over the corpus (specd.heads.corpus) and store what heads "
                                      "train on; resumes where an earlier run stopped")
