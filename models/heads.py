@@ -34,8 +34,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
-from specd.models.eagle import FORMAT as EAGLE_FORMAT
-from specd.models.eagle import PARAMS, EagleHead, EagleShape
+from specd.models.eagle import FORMAT as EAGLE_FORMAT, PARAMS, EagleHead, EagleShape
 from specd.models.errors import ModelError
 
 # draft heads shipped with specd, by target name: models/data/heads/<target>.safetensors

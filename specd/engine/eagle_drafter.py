@@ -38,7 +38,7 @@ class EagleDrafter:
     def __init__(self, target: CausalLM, head: EagleHead, window: int = 512) -> None:
         if not target.watch_hidden(self._sink):
             raise UnsupportedDrafter("an EAGLE head needs a target runtime that hands over its hidden states "
-                             "(the torch Decoder, GGUF or quantized)")
+                                     "(the torch Decoder, GGUF or quantized)")
         self.target = target
         self.head = head
         self.window = window
@@ -89,8 +89,10 @@ class EagleDrafter:
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
                 generator: torch.Generator | None) -> Chain:
         tokens = torch.tensor(seq, dtype=torch.long)
-        if len(seq) < 2 or not budget.may_draft([]) or not self._sync(tokens):
-            self.rounds_without_state += len(seq) >= 2 and budget.may_draft([])
+        if len(seq) < 2 or not budget.may_draft([]):
+            return Chain(torch.zeros(0, dtype=torch.long), None)
+        if not self._sync(tokens):
+            self.rounds_without_state += 1
             return Chain(torch.zeros(0, dtype=torch.long), None)
         last = len(seq) - 2
         drafts, _ = self.head.draft(self.cache, self.features[last], seq[-1], budget.k, budget.may_draft,
