@@ -1,6 +1,10 @@
 #!/usr/bin/env python
 """The GPU check: the CUDA tests, then T_target(n) and T_draft(1) per CUDA quantization.
 
+The tests (``tests/test_cuda.py``, ``tests/test_quant.py``) load tiny random models as the daemon
+does (``build_engine`` with ``--device cuda``) and check greedy speculative == target-only at every
+CUDA target mode, chains and trees, K auto, seeded sampling, and each mode's logits against the CPU's.
+
 For a lent GPU machine, which has no model weights and no network: the models are built with the
 real pair's shapes (Qwen2.5-Coder-1.5B target, 0.5B draft) and random weights — the cost of a
 forward does not depend on the weights' values. Modes: ``int4`` (bitsandbytes NF4), ``int8``
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -41,16 +46,18 @@ TINY = dict(vocab_size=512, hidden_size=128, intermediate_size=256, num_hidden_l
 SIZES = (1, 2, 3, 5, 9, 17)
 
 
-def build(role: str, mode: str, device: str, tiny: bool) -> Decoder:
+def build(role: str, mode: str, device: str, tiny: bool, weights: dict) -> Decoder:
+    """``weights``: a cache per role (random weights for 1.5B parameters take a while to draw)."""
     shape = TINY if tiny else SHAPES[role]
     config = ModelConfig.from_hf({**shape, "model_type": "qwen2", "rope_theta": 1e6, "rms_norm_eps": 1e-6,
                                   "tie_word_embeddings": False, "attention_bias": True})
-    weights = tiny_weights(config, seed=0, scale=0.02)
+    if role not in weights:
+        weights[role] = tiny_weights(config, seed=0, scale=0.02)
     factory = None
     if device.startswith("cuda") and mode != "bf16":
         check_cuda_mode(mode, f"{role} ({mode})")
         factory = cuda_linear_factory(mode, device)
-    return Decoder(config, weights, compute_dtype=torch.bfloat16, max_len=512, device=device,
+    return Decoder(config, weights[role], compute_dtype=torch.bfloat16, max_len=512, device=device,
                    linear_factory=factory)
 
 
@@ -90,15 +97,18 @@ def main() -> int:
         return 2
     status = 0
     if args.tests:
-        status = subprocess.call([sys.executable, "-m", "pytest", "-q", "-rs", "tests/test_quant.py",
-                                  "tests/test_decoder.py"], cwd=ROOT)
+        # kernels launched blocking: a CUDA error is reported where it happens, not at a later call
+        env = {**os.environ, "CUDA_LAUNCH_BLOCKING": "1"}
+        status = subprocess.call([sys.executable, "-m", "pytest", "-q", "-rsP", "-p", "no:cacheprovider",
+                                  "tests/test_quant.py", "tests/test_cuda.py"], cwd=ROOT, env=env)
     info = {"device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
             "torch": torch.__version__}
     print(json.dumps(info), flush=True)
+    weights: dict = {}
     for mode in args.modes.split(","):
         for role, sizes in (("target", SIZES), ("draft", (1,))):
             try:
-                model = build(role, mode, args.device, args.tiny)
+                model = build(role, mode, args.device, args.tiny, weights)
                 ms = forward_ms(model, args.device, sizes, args.reps)
                 row = {"role": role, "mode": mode, "median_ms": {str(n): round(v, 3) for n, v in ms.items()}}
                 if 5 in ms:

@@ -315,15 +315,20 @@ class Decoder(CacheOwner):
             self.hidden = None
             return torch.empty(n, 0)
         x = self._rms(x, self.norm)
+        # what leaves the model lives on the CPU, whatever the device: the engine, its samplers
+        # and the draft heads are device-agnostic (a [K+1, V] row block is ~0.6 MB per row)
+        host = x if x.device.type == "cpu" else x.cpu()
         if sink is not None:  # an EAGLE head's context: every forward's states, a prefill's too
-            sink(start, x, cache.tokens[:end])
+            sink(start, host, cache.tokens[:end])
         if not logits:
             self.hidden = None
             return torch.empty(n, 0)
-        self.hidden = HiddenStates(start, x)  # [n, H]: what draft heads read
+        self.hidden = HiddenStates(start, host)  # [n, H]: what draft heads read
         if self.observer is not None:
             self.observer(HEAD_INPUT, x)
         scores = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
+        if scores.device.type != "cpu":
+            scores = scores.cpu()
         if self.head_rows is not None:
             full = torch.full((n, c.vocab_size), float("-inf"))
             scores = full.index_copy_(1, self.head_rows, scores)  # [n, V]

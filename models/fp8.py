@@ -20,14 +20,25 @@ def quantize_fp8(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (w / scale[:, None]).clamp(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+MM_ALIGN = 16  # _scaled_mm wants both of the weight's dimensions a multiple of 16
+
+
 class FP8Linear:
     def __init__(self, q: torch.Tensor, scale: torch.Tensor) -> None:
         self.out_features, self.in_features = q.shape
         self.q, self.scale = q, scale.float()
+        if q.is_cuda:  # zero rows and columns up to _scaled_mm's alignment (a vocabulary of 151,665, say)
+            n_pad, k_pad = -self.out_features % MM_ALIGN, -self.in_features % MM_ALIGN
+            if n_pad or k_pad:
+                self.q = F.pad(q.view(torch.uint8), (0, k_pad, 0, n_pad)).view(FP8)  # [N', K']
+                self.scale = F.pad(self.scale, (0, n_pad), value=1.0)  # [N']
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.q.is_cuda:
-            return scaled_mm_rowwise(x, self.q, self.scale)
+            k_pad = self.q.shape[1] - self.in_features
+            if k_pad:
+                x = F.pad(x, (0, k_pad))
+            return scaled_mm_rowwise(x, self.q, self.scale)[:, : self.out_features]
         w = (self.q.to(torch.bfloat16) * self.scale[:, None].to(torch.bfloat16))
         return F.linear(x.to(torch.bfloat16), w).float()
 

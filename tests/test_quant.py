@@ -111,16 +111,35 @@ def test_bitsandbytes_on_cpu() -> None:
         assert float((layer(X) - ref).norm() / ref.norm()) < tol
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_paths() -> None:
+# an odd output (a tiny vocabulary), an odd input, activations far past float16's range
+ODD_W = torch.randn(265, 100, generator=torch.Generator().manual_seed(3)) * 0.05
+ODD_X = torch.randn(5, 100, generator=torch.Generator().manual_seed(4)) * 1e5
+
+
+def test_bitsandbytes_pads_odd_shapes_and_keeps_large_activations() -> None:
+    pytest.importorskip("bitsandbytes")
     from specd.models.gpu import BnbLinear
 
-    ref = (X @ W.t()).cuda()
+    ref = ODD_X @ ODD_W.t()
     for bits, tol in ((4, 0.15), (8, 0.05)):
-        assert float((BnbLinear(W, bits, "cuda")(X.cuda()) - ref).norm() / ref.norm()) < tol
+        out = BnbLinear(ODD_W, bits, "cpu")(ODD_X)
+        assert out.shape == ref.shape and bool(out.isfinite().all())
+        assert float((out - ref).norm() / ref.norm()) < tol
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("w, x", [(W, X), (ODD_W, ODD_X)], ids=["aligned", "odd"])
+def test_cuda_paths(w: torch.Tensor, x: torch.Tensor) -> None:
+    from specd.models.gpu import BnbLinear
+
+    ref = (x @ w.t()).cuda()
+    for bits, tol in ((4, 0.15), (8, 0.05)):
+        out = BnbLinear(w, bits, "cuda")(x.cuda())
+        assert out.shape == ref.shape and float((out - ref).norm() / ref.norm()) < tol
     if torch.cuda.get_device_capability() >= (8, 9):
-        q, s = quantize_fp8(W.cuda())
-        assert float((FP8Linear(q, s)(X.cuda()) - ref).norm() / ref.norm()) < 0.08
+        q, s = quantize_fp8(w.cuda())
+        out = FP8Linear(q, s)(x.cuda())
+        assert out.shape == ref.shape and float((out - ref).norm() / ref.norm()) < 0.08
 
 
 # -- whole models ---------------------------------------------------------------------------------
