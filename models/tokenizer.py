@@ -16,6 +16,15 @@ from specd.models.errors import ModelError
 _PLACEHOLDER = re.compile(r"\[PAD\d+\]")
 
 
+# Qwen2.5-Coder's fill-in-the-middle tokens, and the tokens a completion ends at (the engine's prompt
+# layout, the remote backend's and the draft heads' training data share them)
+FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
+STOP_TOKENS = (
+    "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
+    "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>",
+)
+
+
 @dataclass(frozen=True)
 class TokenizerRules:
     """Beside the vocabulary, what the ids were made by: the model type (``BPE``) and its merges in

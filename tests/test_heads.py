@@ -3,6 +3,7 @@ with the output still exactly the target's."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from specd.heads import data, train
 from specd.models.heads import HeadsInfo, MedusaHeads, load, read_info
 from specd.models.errors import ModelError
 from tests.test_sampling import _chi2_pvalue
-from tests.tiny import tiny_decoder
+from tests.tiny import TINY_VOCAB, tiny_decoder, tiny_tokenizer
 
 
 def _heads(target, k: int = 3, vocab: int | None = None, seed: int = 0, scale: float = 0.3) -> MedusaHeads:
@@ -141,7 +142,7 @@ def test_data_training_and_the_head_file(tmp_path: Path) -> None:
         argmax, hidden = data.score(target, tokens)
         assert argmax.shape == (48,) and hidden.shape == (48, target.config.hidden_size)
         item = data.Item("python", type("F", (), {"name": f"f{w}", "validation": w % 4 == 0})(), tokens)
-        shard.add(item, argmax, hidden)
+        shard.add(item, tokens, argmax, hidden)
     shard.save(tmp_path / "shard-00000.pt")
     tr, val = train.load(tmp_path, k=2)
     assert val.hidden.shape[0] == 3 * 48 and tr.hidden.shape[0] == 9 * 48
@@ -160,6 +161,49 @@ def test_data_training_and_the_head_file(tmp_path: Path) -> None:
     h = val.hidden[:5].float()
     with torch.no_grad():
         torch.testing.assert_close(back(h), heads(h), rtol=2e-2, atol=2e-2)  # stored in bfloat16
+
+
+def test_fim_data_is_the_daemons_prompt_then_the_targets_own_continuation() -> None:
+    target = tiny_decoder(seed=6, vocab=TINY_VOCAB, max_len=600)
+    tok = tiny_tokenizer()
+    settings = data.DataSettings("tiny", layout="fim", generate=12)
+    window = tok.encode("def f(x):\n    return x + 1\n" * 12)
+    prompt = data.fim_prompt(tok, window, settings)
+    p, s, m = (tok.token_id(t) for t in ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"))
+    assert prompt[0] == p and prompt[-1] == m and prompt.count(s) == 1
+    assert prompt == data.fim_prompt(tok, window, settings)  # seeded
+    seq, argmax, hidden = data.score_fim(target, prompt, settings.generate, stops=set())
+    assert seq[: len(prompt)] == prompt and len(seq) == len(prompt) + 12
+    assert argmax.shape == (len(seq),) and hidden.shape == (len(seq), target.config.hidden_size)
+    n = len(prompt)
+    assert argmax[n - 1 : -1].tolist() == seq[n:]  # greedy along the continuation
+    whole_argmax, whole_hidden = data.score(target, seq)  # one forward over it: the same states
+    assert whole_argmax.tolist() == argmax.tolist()
+    torch.testing.assert_close(whole_hidden.float(), hidden.float(), rtol=1e-2, atol=1e-2)
+    first = int(argmax[n - 1])
+    seq, argmax, _ = data.score_fim(target, prompt, settings.generate, stops={first})
+    assert seq == prompt and int(argmax[-1]) == first  # stops before a stop token
+
+
+def test_fim_data_run_stores_and_resumes(tmp_path: Path) -> None:
+    target = tiny_decoder(seed=6, vocab=TINY_VOCAB, max_len=600)
+    tok = tiny_tokenizer()
+    settings = data.DataSettings("tiny", layout="fim", windows_per_file=1, generate=4, shard_tokens=256)
+    first = data.make(target, tok, tmp_path, settings, max_tokens=500, report=lambda line: None)
+    assert first["tokens"] >= 500 and first["settings"]["layout"] == "fim"
+    more = data.make(target, tok, tmp_path, settings, max_tokens=1200, report=lambda line: None)
+    assert more["windows"] > first["windows"] and more["tokens"] >= 1200
+    fim = tok.token_id("<|fim_middle|>")
+    for path in data.shards(tmp_path):
+        shard = torch.load(path)
+        assert int((shard["tokens"] == fim).sum()) == shard["starts"].numel() - 1  # one FIM prompt a window
+    with pytest.raises(ValueError, match="other settings"):
+        data.make(target, tok, tmp_path, data.DataSettings("tiny"), max_tokens=2000, report=lambda line: None)
+
+
+def test_a_manifest_from_before_the_fim_layout_is_still_plain(tmp_path: Path) -> None:
+    old = {"model": "tiny", "window": 512, "windows_per_file": 4, "min_window": 64, "seed": 0, "shard_tokens": 16384}
+    assert data.stored_settings({"settings": old}) == asdict(data.DataSettings("tiny"))
 
 
 def test_a_file_that_is_not_heads_is_refused(tmp_path: Path) -> None:

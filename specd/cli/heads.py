@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +24,18 @@ def register(subparsers: Any) -> None:
                                      "train on; resumes where an earlier run stopped")
     d.add_argument("--target", default=DEFAULT_TARGET, help="the target model (default: %(default)s)")
     d.add_argument("--tokens", type=int, default=250_000, help="corpus tokens to store in all (default: %(default)s)")
-    d.add_argument("--out", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data)")
+    d.add_argument("--out", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data, "
+                                            "data-fim for --layout fim)")
+    d.add_argument("--layout", choices=("plain", "fim"), default="plain",
+                   help="plain: corpus windows as they are; fim: the daemon's FIM prompt around a cursor in each "
+                        "window (one per file), then the target's own greedy continuation (default: %(default)s)")
     d.set_defaults(func=cmd_data)
     t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
     t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
-    t.add_argument("--data", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data)")
+    t.add_argument("--data", type=Path, nargs="+",
+                   help="data directories, their windows pooled (default: ~/.cache/specd/heads/TARGET/data)")
+    t.add_argument("--init", type=Path, help="eagle: start from this heads file (its sub-vocabulary kept) "
+                                             "instead of a fresh head")
     t.add_argument("--kind", choices=("eagle", "recurrent", "medusa"), default="eagle",
                    help="eagle: one decoder layer over the target's features (EAGLE-1); recurrent: one MLP step per "
                         "draft, fed the draft before it (EAGLE's inputs and losses); medusa: K independent heads "
@@ -51,8 +59,9 @@ def cmd_data(args: argparse.Namespace) -> int:
     from specd.heads import data
     from specd.models.loader import load_model
 
-    out = args.out or _default_dir(args.target) / "data"
-    settings = data.DataSettings(args.target)
+    fim = args.layout == "fim"
+    out = args.out or _default_dir(args.target) / ("data-fim" if fim else "data")
+    settings = data.DataSettings(args.target, layout=args.layout, windows_per_file=1 if fim else 4)
     model = load_model(args.target, quant="auto", max_len=settings.window)
     manifest = data.make(model.model, model.tokenizer, out, settings, args.tokens,
                          report=lambda line: print(line, file=sys.stderr, flush=True))
@@ -64,33 +73,47 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from specd.heads import train
-    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead
+    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead, load as load_heads
     from specd.models.loader import resolve
 
     base = _default_dir(args.target)
-    directory = args.data or base / "data"
+    directories = args.data or [base / "data"]
     out = args.out or base / f"{args.kind}.safetensors"
     torch.manual_seed(args.seed)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
-    train_split, val = train.load(directory, args.heads)
-    ids, covered = train.sub_vocabulary(train_split, args.vocab)
-    report(f"heads train: {train_split.hidden.shape[0]} training positions, {val.hidden.shape[0]} held out; "
-           f"the {ids.numel()}-token sub-vocabulary covers {covered:.1%} of the target's greedy tokens")
+    if args.init is not None and args.kind != "eagle":
+        raise SystemExit("specd heads train: --init starts an EAGLE head only")
+    train_split, val = train.load(directories, args.heads)
     source = resolve(args.target)
     if source.gguf is None:
         raise SystemExit("specd heads train: the shared head rows are read from the target's GGUF file; "
                          f"{args.target} is not a GGUF model")
+    embed_rows = HeadRows(source.gguf, embedding=True)
+    start = None
+    if args.init is not None:
+        start = load_heads(args.init, HeadRows(source.gguf), embed_rows)
+        ids = start.ids
+        covered = float(torch.isin(train_split.labels[:, 0], ids).float().mean())
+    else:
+        ids, covered = train.sub_vocabulary(train_split, args.vocab)
+    report(f"heads train: {train_split.hidden.shape[0]} training positions, {val.hidden.shape[0]} held out; "
+           f"the {ids.numel()}-token sub-vocabulary covers {covered:.1%} of the target's greedy tokens")
     rows = HeadRows(source.gguf)(ids)
     head: MedusaHeads | RecurrentHead | EagleHead
     settings: object
-    embed_rows = HeadRows(source.gguf, embedding=True)
     if args.kind == "eagle":
         from specd.heads.train_eagle import EagleSettings, train_eagle
         from specd.models.eagle import EagleHead, EagleShape
 
         settings = EagleSettings(width=args.width or 3072, vocab=args.vocab, steps=args.steps, windows=args.windows,
                                  lr=args.lr, seed=args.seed, eval_every=args.eval_every, chain=args.heads)
-        head = EagleHead(EagleShape(int(rows.shape[1]), width=settings.width), rows, ids, embed_rows)
+        if start is not None:
+            if not isinstance(start, EagleHead):
+                raise SystemExit(f"specd heads train: {args.init} is not an EAGLE head")
+            head = start
+            settings = replace(settings, width=start.shape.width, vocab=int(ids.numel()))
+        else:
+            head = EagleHead(EagleShape(int(rows.shape[1]), width=settings.width), rows, ids, embed_rows)
         log = train_eagle(head, train_split, val, train.Embeddings(embed_rows, train_split, val), settings, report)
         size = settings.width
     elif args.kind == "recurrent":
@@ -107,11 +130,13 @@ def cmd_train(args: argparse.Namespace) -> int:
         head = MedusaHeads(args.heads, rows, ids)
         log = train.train(head, train_split, val, settings, report)
         size = args.heads
-    manifest = json.loads((directory / "manifest.json").read_text())
+    manifests = [json.loads((d / "manifest.json").read_text()) for d in directories]
+    manifest = manifests[0] if len(manifests) == 1 else manifests
+    init = f"; started from {args.init}" if args.init is not None else ""
     info = HeadsInfo(target=args.target, target_sha256=source.sha256, heads=size, hidden=int(rows.shape[1]),
                      vocab=int(ids.numel()), trained_tokens=int(train_split.hidden.shape[0]),
-                     notes=f"specd heads train --kind {args.kind} {json.dumps(settings.__dict__)}; "
-                           f"data {manifest['settings']}")
+                     notes=f"specd heads train --kind {args.kind} {json.dumps(settings.__dict__)}{init}; "
+                           f"data {[m['settings'] for m in manifests]}")
     out.parent.mkdir(parents=True, exist_ok=True)
     head.save(out, info)
     record = {"heads": str(out), "kind": args.kind, "info": info.__dict__,

@@ -11,13 +11,9 @@ from functools import cached_property
 from typing import Callable
 
 from specd.engine.config import PromptWindows
-from specd.models.tokenizer import Tokenizer
+from specd.models.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, STOP_TOKENS, Tokenizer
 
-FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE = "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"
-STOP_TOKENS = (
-    "<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>", "<|im_start|>", "<|im_end|>",
-)
+__all__ = ["FIM_MIDDLE", "FIM_PREFIX", "FIM_SUFFIX", "FIM_TOKENS", "STOP_TOKENS", "PromptBuilder"]
 FIM_TOKENS = 3  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> in every prompt
 
 

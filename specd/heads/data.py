@@ -9,6 +9,13 @@ cache in one forward with specd's own runtime, and per position ``t`` we keep
     hidden[t]   the target's final-normed hidden state at t       float16 [N, H]
                 (what its output head reads, and what a head drafts from)
 
+With ``layout="fim"`` each window becomes what decoding meets instead: a cursor is placed in it
+(seeded), the daemon's FIM prompt is built from the tokens before it (``min_prefix_tokens`` to
+``max_prefix_tokens`` of them) and after a skipped middle (``suffix_tokens``), and the target then
+generates up to ``generate`` tokens greedily; the stored sequence is the prompt plus the target's
+own continuation (``argmax[t] == tokens[t + 1]`` along it), so a head learns the FIM boundary and
+the text it drafts against.
+
 Windows go to shards (``shard-NNNNN.pt``), each a dict of those tensors plus ``starts``
 (``[W + 1]`` window offsets), ``validation`` (``[W]``: the window's file is held out) and the
 windows' languages and file names. ``manifest.json`` records the settings and how many scheduled windows are stored, so a run
@@ -18,6 +25,7 @@ stopped at any point resumes after the last stored shard.
 from __future__ import annotations
 
 import json
+import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +35,7 @@ import torch
 
 from specd.heads import corpus
 from specd.models.protocol import CausalLM
-from specd.models.tokenizer import Tokenizer
+from specd.models.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, STOP_TOKENS, Tokenizer
 
 MANIFEST = "manifest.json"
 
@@ -40,6 +48,24 @@ class DataSettings:
     min_window: int = 64  # a file's last, shorter window is kept from this many tokens
     seed: int = 0
     shard_tokens: int = 16384
+    layout: str = "plain"  # or "fim" (see the module docstring)
+    min_prefix_tokens: int = 64  # fim: the prompt's prefix, drawn between these
+    max_prefix_tokens: int = 384  # (the daemon's prefix window)
+    suffix_tokens: int = 32  # fim: the daemon's suffix window
+    max_middle_skip: int = 24  # fim: corpus tokens between the cursor and the suffix, drawn from 0..this
+    generate: int = 48  # fim: greedy tokens after the prompt
+
+    def __post_init__(self) -> None:
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout {self.layout!r}: use one of {', '.join(LAYOUTS)}")
+
+
+LAYOUTS = ("plain", "fim")
+
+
+def stored_settings(manifest: dict) -> dict:
+    """A manifest's settings with the fields added since it was written at their defaults."""
+    return {**asdict(DataSettings(manifest["settings"]["model"])), **manifest["settings"]}
 
 
 @dataclass(frozen=True)
@@ -91,6 +117,40 @@ def score(model: CausalLM, tokens: list[int]) -> tuple[torch.Tensor, torch.Tenso
     return logits.argmax(-1).to(torch.int32), hidden.states.to(torch.float16)
 
 
+def fim_prompt(tokenizer: Tokenizer, window: list[int], settings: DataSettings) -> list[int]:
+    """The daemon's FIM prompt (``specd.engine.prompt``'s layout) around a seeded cursor in ``window``."""
+    rng = random.Random(f"{settings.seed}:{len(window)}:{window[:8]}")
+    n = len(window)
+    cursor = rng.randint(min(16, n - 1), max(min(16, n - 1), n - 8))
+    prefix = window[max(0, cursor - rng.randint(settings.min_prefix_tokens, settings.max_prefix_tokens)):cursor]
+    after = cursor + rng.randint(0, settings.max_middle_skip)
+    suffix = window[after : after + settings.suffix_tokens]
+    ids = [tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
+    if None in ids:
+        raise ValueError("this tokenizer has no FIM tokens; use layout plain")
+    p, s, m = ids
+    return [p, *prefix, s, *suffix, m]
+
+
+@torch.inference_mode()
+def score_fim(model: CausalLM, prompt: list[int], generate: int, stops: set[int]
+              ) -> tuple[list[int], torch.Tensor, torch.Tensor]:
+    """The target over a FIM prompt, then greedily on: (the sequence ``[n]``, argmax ``[n]`` int32,
+    hidden ``[n, H]`` float16); the sequence ends before the first stop token (which is the last
+    argmax) or after ``generate`` tokens."""
+    argmax, hidden = score(model, prompt)
+    seq, argmaxes, states = list(prompt), [argmax], [hidden]
+    for _ in range(generate):
+        nxt = int(argmaxes[-1][-1])
+        if nxt in stops:
+            break
+        seq.append(nxt)
+        logits = model.forward(torch.tensor([nxt], dtype=torch.long))  # [1, V]
+        argmaxes.append(logits.argmax(-1).to(torch.int32))
+        states.append(model.last_hidden().states.to(torch.float16))
+    return seq, torch.cat(argmaxes), torch.cat(states)
+
+
 class _Shard:
     def __init__(self) -> None:
         self.tokens: list[torch.Tensor] = []
@@ -104,8 +164,8 @@ class _Shard:
     def size(self) -> int:
         return sum(t.numel() for t in self.tokens)
 
-    def add(self, item: Item, argmax: torch.Tensor, hidden: torch.Tensor) -> None:
-        self.tokens.append(torch.tensor(item.tokens, dtype=torch.int32))
+    def add(self, item: Item, tokens: list[int], argmax: torch.Tensor, hidden: torch.Tensor) -> None:
+        self.tokens.append(torch.tensor(tokens, dtype=torch.int32))
         self.argmax.append(argmax)
         self.hidden.append(hidden)
         self.languages.append(item.language)
@@ -137,7 +197,7 @@ def make(model: CausalLM, tokenizer: Tokenizer, out: Path, settings: DataSetting
                 "seconds": 0.0}
     if path.exists():
         manifest = json.loads(path.read_text())
-        if manifest["settings"] != asdict(settings):
+        if stored_settings(manifest) != asdict(settings):
             raise ValueError(f"{out} holds data made with other settings ({manifest['settings']}); "
                              f"use another directory")
     shard = _Shard()
@@ -160,14 +220,20 @@ def make(model: CausalLM, tokenizer: Tokenizer, out: Path, settings: DataSetting
         shard = _Shard()
 
     total = manifest["tokens"]
+    stops = {i for i in (tokenizer.token_id(t) for t in STOP_TOKENS) if i is not None}
     for i, item in enumerate(schedule(tokenizer, settings)):
         if i < manifest["windows"]:  # stored by an earlier run
             continue
         if total >= max_tokens:
             break
-        argmax, hidden = score(model, item.tokens)
-        shard.add(item, argmax, hidden)
-        total += len(item.tokens)
+        if settings.layout == "fim":
+            tokens, argmax, hidden = score_fim(model, fim_prompt(tokenizer, item.tokens, settings),
+                                               settings.generate, stops)
+        else:
+            tokens = item.tokens
+            argmax, hidden = score(model, tokens)
+        shard.add(item, tokens, argmax, hidden)
+        total += len(tokens)
         if shard.size >= settings.shard_tokens:
             flush()
     flush()

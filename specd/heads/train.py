@@ -59,14 +59,15 @@ class Split:
     starts: torch.Tensor | None = None  # [W + 1]: where each window begins in the flat arrays
 
 
-def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split, Split]:
-    """(train, validation) from the shards in ``directory``."""
+def load(directories: Path | list[Path], k: int, max_tokens: int | None = None) -> tuple[Split, Split]:
+    """(train, validation) from the shards in ``directories`` (one, or several pooled)."""
+    directories = [directories] if isinstance(directories, Path) else list(directories)
     parts: dict[bool, dict[str, list]] = {v: {"hidden": [], "labels": [], "follows": [], "lang": [], "later": [],
                                               "tokens": [], "run": [], "n": 0, "starts": [0]}
              for v in (False, True)}
     languages: list[str] = []
     seen = 0
-    for path in data.shards(directory):
+    for path in [p for d in directories for p in data.shards(d)]:
         s = torch.load(path)
         starts = s["starts"].tolist()
         for w in range(len(starts) - 1):
@@ -105,7 +106,7 @@ def load(directory: Path, k: int, max_tokens: int | None = None) -> tuple[Split,
     for v in (False, True):
         p = parts[v]
         if not p["hidden"]:
-            raise ValueError(f"{directory}: no {'held-out' if v else 'training'} windows")
+            raise ValueError(f"{', '.join(map(str, directories))}: no {'held-out' if v else 'training'} windows")
         out.append(Split(torch.cat(p["hidden"]), torch.cat(p["labels"]), torch.cat(p["follows"]),
                          torch.cat(p["later"]), torch.cat(p["tokens"]), torch.cat(p["run"]), languages,
                          torch.cat(p["lang"]), torch.tensor(p["starts"])))
