@@ -8,7 +8,8 @@ with ``--drafter heads --heads FILE`` at a fixed K (1 by default: every round dr
 accepted / drafted is the first draft's acceptance), greedy, over
 
 - held-out windows of the heads data (``--windows N``, every ``--every``-th): the window's first
-  ``--prefix-tokens`` tokens as the prefix, the suffix empty; or
+  ``--prefix-tokens`` tokens as the prefix, and as the suffix the ``--suffix-tokens`` after the
+  next ``--skip`` (none by default: the suffix empty); or
 - FIM tasks (``--tasks JSONL``, ``bench/race_tasks.py``'s format): their prefix and suffix.
 
 Per prompt it runs ``--short`` and ``--long`` new tokens, so the acceptance of the tokens right
@@ -42,8 +43,10 @@ def prompts(args: argparse.Namespace, decode) -> list[tuple[str, str, str]]:
     count = val.starts.numel() - 1
     out = []
     for w in range(0, count, args.every)[: args.windows]:
-        a = int(val.starts[w])
-        out.append((f"held-out-{w}", decode(val.tokens[a : a + args.prefix_tokens].tolist()), ""))
+        a, b = int(val.starts[w]), int(val.starts[w + 1])
+        cursor = a + args.prefix_tokens
+        suffix = val.tokens[cursor + args.skip : min(b, cursor + args.skip + args.suffix_tokens)].tolist()
+        out.append((f"held-out-{w}", decode(val.tokens[a:cursor].tolist()), decode(suffix) if suffix else ""))
     return out
 
 
@@ -55,6 +58,8 @@ def main() -> int:
     ap.add_argument("--windows", type=int, default=8, help="prompts in all")
     ap.add_argument("--every", type=int, default=5, help="held-out windows: take every N-th")
     ap.add_argument("--prefix-tokens", type=int, default=300)
+    ap.add_argument("--suffix-tokens", type=int, default=0, help="held-out windows: suffix tokens (default: none)")
+    ap.add_argument("--skip", type=int, default=8, help="held-out windows: tokens between the cursor and the suffix")
     ap.add_argument("--k", type=int, default=1)
     ap.add_argument("--short", type=int, default=12)
     ap.add_argument("--long", type=int, default=40)

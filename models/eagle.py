@@ -31,10 +31,13 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
+from specd.models import kernels
 from specd.models.decoder import rotate
+from specd.models.int_linear import QK, Q8Linear, row_bytes
 
 FORMAT = "specd-eagle-1"
 RowReader = Callable[[torch.Tensor], torch.Tensor]  # token ids [n] -> float32 rows [n, H]
+MATRICES = ("fc", "wq", "wk", "wv", "wo", "gate", "up", "down", "head")  # drafting runs these as INT8 rows
 PARAMS = ("fc", "in_norm", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "post_norm", "gate", "up", "down")
 
 
@@ -57,6 +60,11 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)  # [n, 1, d]
     sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
     return rotate(x, cos, sin)
+
+
+def _mm(x: torch.Tensor, w: "torch.Tensor | Q8Linear") -> torch.Tensor:
+    """``x @ w.T``; ``w`` a packed INT8 linear when drafting (``[n, K]`` rows only)."""
+    return x @ w.T if isinstance(w, torch.Tensor) else w(x)
 
 
 @dataclass
@@ -107,23 +115,23 @@ class EagleHead(torch.nn.Module):
         """``x = fc([rms(f); rms(e)])``: ``[..., H]`` each -> ``[..., H]``."""
         h = feature.shape[-1]
         cat = torch.cat([F.rms_norm(feature, (h,)), F.rms_norm(embedding.to(feature.dtype), (h,))], -1)
-        return cat @ p["fc"].T
+        return _mm(cat, p["fc"])
 
     def qkv(self, x: torch.Tensor, positions: torch.Tensor, p: dict[str, torch.Tensor]
             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``x`` ``[..., n, H]`` -> q ``[..., n, heads, d]``, k, v ``[..., n, kv_heads, d]`` (rotated)."""
         s = self.shape
         h = F.rms_norm(x, (x.shape[-1],), p["in_norm"])
-        q = (h @ p["wq"].T + p["bq"]).unflatten(-1, (s.heads, s.head_dim))
-        k = (h @ p["wk"].T + p["bk"]).unflatten(-1, (s.kv_heads, s.head_dim))
-        v = (h @ p["wv"].T + p["bv"]).unflatten(-1, (s.kv_heads, s.head_dim))
+        q = (_mm(h, p["wq"]) + p["bq"]).unflatten(-1, (s.heads, s.head_dim))
+        k = (_mm(h, p["wk"]) + p["bk"]).unflatten(-1, (s.kv_heads, s.head_dim))
+        v = (_mm(h, p["wv"]) + p["bv"]).unflatten(-1, (s.kv_heads, s.head_dim))
         return rope(q, positions, s.rope_theta), rope(k, positions, s.rope_theta), v
 
     def finish(self, x: torch.Tensor, attn: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:
         """The residual after attention (``attn`` ``[..., heads * d]``) and the MLP: ``f̂``."""
-        x = x + attn @ p["wo"].T
+        x = x + _mm(attn, p["wo"])
         h = F.rms_norm(x, (x.shape[-1],), p["post_norm"])
-        return x + (F.silu(h @ p["gate"].T) * (h @ p["up"].T)) @ p["down"].T
+        return x + _mm(F.silu(_mm(h, p["gate"])) * _mm(h, p["up"]), p["down"])
 
     def params(self) -> dict[str, torch.Tensor]:
         return {n: getattr(self, n) for n in PARAMS}
@@ -143,35 +151,50 @@ class EagleHead(torch.nn.Module):
 
     def new_cache(self, capacity: int) -> EagleCache:
         s = self.shape
-        z = torch.zeros(s.kv_heads, capacity, s.head_dim, dtype=torch.bfloat16)
+        z = torch.zeros(s.kv_heads, capacity, s.head_dim, dtype=self._draft_dtype())
         return EagleCache(z, z.clone())
 
     def _inference(self) -> dict[str, torch.Tensor]:
         if self._infer is None:
-            self._infer = {n: t.detach().to(torch.bfloat16) for n, t in self.params().items()}
-            self._infer["head"] = self.head.to(torch.bfloat16)
+            dtype = self._draft_dtype()
+            infer: dict[str, torch.Tensor | Q8Linear] = {n: t.detach().to(dtype) for n, t in self.params().items()}
+            infer["head"] = self.head.to(dtype)
+            if dtype == torch.float32:  # specd's INT8 kernel: 3-7x a bf16 matmul's speed at one row here
+                for name in MATRICES:
+                    w = self._matrix(name).detach()
+                    if w.shape[1] % QK == 0:
+                        infer[name] = Q8Linear.from_float(w)
+            self._infer = infer
         return self._infer
 
     @torch.inference_mode()
     def extend(self, cache: EagleCache, features: torch.Tensor, tokens: list[int]) -> torch.Tensor:
         """Append rows to ``cache``: ``features`` ``[n, H]`` (``f_t`` for the next ``n``
         positions) each fused with ``tokens[i]`` (the token after it). Returns ``f̂`` ``[n, H]``
-        (bfloat16)."""
+        (the drafting dtype: see ``_draft_dtype``)."""
         p = self._inference()
         n = features.shape[0]
         if cache.length + n > cache.k.shape[1]:
             raise ValueError(f"the head's cache holds {cache.k.shape[1]} rows; {cache.length + n} asked")
-        e = self.embed_rows(torch.tensor(tokens, dtype=torch.long)).to(torch.bfloat16)  # [n, H]
-        x = self.inputs(features.to(torch.bfloat16), e, p)  # [n, H]
+        dtype = self._draft_dtype()
+        e = self.embed_rows(torch.tensor(tokens, dtype=torch.long)).to(dtype)  # [n, H]
+        x = self.inputs(features.to(dtype), e, p)  # [n, H]
         at = cache.length
         positions = torch.arange(cache.start + at, cache.start + at + n)
         q, k, v = self.qkv(x, positions, p)  # [n, heads|kv, d]
         cache.k[:, at : at + n] = k.transpose(0, 1)
         cache.v[:, at : at + n] = v.transpose(0, 1)
         keys, values = cache.k[:, : at + n], cache.v[:, : at + n]  # [kv, L, d]
-        mask = torch.ones(n, at + n, dtype=torch.bool).tril(at)  # row i sees rows <= at + i
-        attn = F.scaled_dot_product_attention(q.transpose(0, 1), keys, values, attn_mask=mask,
-                                              enable_gqa=True)  # [heads, n, d]
+        # grouped-query attention without expanding the cache per head (SDPA's enable_gqa copied it)
+        s = self.shape
+        group = s.heads // s.kv_heads
+        qg = q.transpose(0, 1).reshape(s.kv_heads, group * n, s.head_dim)  # [kv, g * n, d]; row (g, i)
+        scores = (qg @ keys.transpose(1, 2)) * s.head_dim ** -0.5  # [kv, g * n, L]
+        if n > 1:
+            hidden = torch.ones(n, at + n, dtype=torch.bool).triu(at + 1)  # row i sees rows <= at + i
+            scores = scores.view(s.kv_heads, group, n, at + n).masked_fill(hidden, float("-inf")).view_as(scores)
+        attn = torch.softmax(scores, -1) @ values  # [kv, g * n, d]
+        attn = attn.view(s.heads, n, s.head_dim)  # [heads, n, d]
         out = self.finish(x, attn.transpose(0, 1).reshape(n, -1), p)
         cache.length = at + n
         cache.tokens.extend(tokens)
@@ -193,7 +216,7 @@ class EagleHead(torch.nn.Module):
         for i in range(k):
             if i and more is not None and not more(tops):
                 break
-            prob = torch.softmax((f @ p["head"].T).float(), -1)[0]  # [V']
+            prob = torch.softmax(_mm(f, p["head"]).float(), -1)[0]  # [V']
             top, at = prob.max(0)
             if keep is not None and not keep(float(top), i):
                 break
@@ -207,8 +230,23 @@ class EagleHead(torch.nn.Module):
         return tokens, tops
 
     def nbytes(self) -> int:
-        """Bytes read per draft step (bfloat16 weights and head rows)."""
-        return 2 * (sum(t.numel() for t in self.params().values()) + self.head.numel())
+        """Bytes read per draft step: the matrices' INT8 rows where specd's kernel runs them (else
+        bfloat16), the norms and biases in the drafting dtype."""
+        size = self._draft_dtype().itemsize
+        total = sum(t.numel() * size for n, t in self.params().items() if n not in MATRICES)
+        for name in MATRICES:
+            w = self._matrix(name)
+            packed = size == 4 and w.shape[1] % QK == 0
+            total += w.shape[0] * row_bytes(w.shape[1]) if packed else w.numel() * size
+        return total
+
+    def _matrix(self, name: str) -> torch.Tensor:
+        return self.head if name == "head" else getattr(self, name)
+
+    @staticmethod
+    def _draft_dtype() -> torch.dtype:
+        """float32 around specd's INT8 kernel where it is built, else bfloat16 matmuls."""
+        return torch.float32 if kernels.available() else torch.bfloat16
 
     def save(self, path: Path, info: object) -> None:
         s = self.shape

@@ -70,6 +70,19 @@ def test_the_heads_context_is_the_targets_features_in_order() -> None:
 
 
 @pytest.mark.slow
+def test_a_new_prompts_rows_are_catch_up_not_draft_cost() -> None:
+    """A round that first brings the head's cache over a new prompt reports that time apart
+    (K auto would otherwise price every draft step as a prefill); a round that only adds its
+    predecessor's tokens reports none."""
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16)
+    drafter = EagleDrafter(target, _eagle(target))
+    rounds = []
+    generate(target, list(range(3, 60)), Decoding(12), drafter, k=2,
+                      on_round=lambda r: rounds.append(drafter.catch_up_ms))
+    assert rounds[0] > 0  # 55 prompt rows in the first round
+    assert all(ms == 0.0 for ms in rounds[1:])  # later rounds add at most their predecessor's drafts + 1
+
+
 def test_eagle_drafts_sample_from_the_target() -> None:
     """Sampling: the joint distribution of the first two tokens with EAGLE drafts is the target's
     exact one (chi-square)."""

@@ -229,7 +229,7 @@ def test_a_recurrent_head_trains_drafts_and_round_trips(tmp_path: Path) -> None:
         tokens = [(start + i) % 7 + 10 for i in range(48)]
         argmax, hidden = data.score(target, tokens)
         shard.add(data.Item("python", type("F", (), {"name": f"f{w}", "validation": w % 4 == 0})(), tokens),
-                  argmax, hidden)
+                  tokens, argmax, hidden)
     shard.save(tmp_path / "shard-00000.pt")
     tr, val = train.load(tmp_path, k=3)
     ids, _ = train.sub_vocabulary(tr, target.vocab_size)

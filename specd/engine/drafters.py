@@ -24,11 +24,15 @@ from specd.models.protocol import CausalLM
 class Chain:
     """``tokens``: ``[k]`` drafts, each following the previous one; ``probs``: ``[k, V]`` the draft
     distributions they were drawn from, or None when drafting was deterministic (one-hot).
-    ``source``: where they came from (``MODEL``, ``AHEAD``, ``LOOKUP``)."""
+    ``source``: where they came from (``MODEL``, ``AHEAD``, ``LOOKUP``). ``catch_up_ms``: time
+    the drafter spent on context it had not seen (a new prompt's rows of an EAGLE head's cache):
+    part of the round's wall time, but prefill-like work that the cost of a draft step, which K
+    auto learns from the rounds, must not carry."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
     source: str = MODEL
+    catch_up_ms: float = 0.0
 
     def __len__(self) -> int:
         return int(self.tokens.numel())

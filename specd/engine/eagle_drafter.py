@@ -21,6 +21,8 @@ target's either way.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from specd.engine.budget import DraftBudget
@@ -50,6 +52,8 @@ class EagleDrafter:
         self.cache = head.new_cache(cap)
         self.cache_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence the head's rows were computed from
         self.rounds_without_state = 0
+        self.round_rows = 1  # rows a round's own tokens add to the head's cache: the last round's drafts + 1
+        self.catch_up_ms = 0.0  # the last sync's time on rows beyond those (a new prompt's): not a draft's cost
 
     @property
     def max_len(self) -> int:
@@ -82,8 +86,12 @@ class EagleDrafter:
             c.start, c.length = lo, 0  # a fresh context: the rows before lo are not ours to attend
             c.tokens.clear()
         at = c.start + c.length
+        self.catch_up_ms = 0.0
         if at < last:
+            t0 = time.perf_counter()
             self.head.extend(c, self.features[at:last], seq[at + 1 : last + 1].tolist())
+            rows = last - at
+            self.catch_up_ms = (time.perf_counter() - t0) * 1e3 * max(0, rows - self.round_rows) / rows
         return True
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
@@ -98,7 +106,9 @@ class EagleDrafter:
         drafts, _ = self.head.draft(self.cache, self.features[last], seq[-1], budget.k, budget.may_draft,
                                     budget.keeps)
         self.cache_tokens[: len(seq)] = tokens
-        return Chain(torch.tensor(drafts, dtype=torch.long), None)  # [k], one-hot proposals
+        self.round_rows = len(drafts) + 1
+        # [k], one-hot proposals
+        return Chain(torch.tensor(drafts, dtype=torch.long), None, catch_up_ms=self.catch_up_ms)
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back now: the next round checks the head's rows against its sequence."""

@@ -148,10 +148,11 @@ def speculative_round(target: CausalLM, drafter: Drafter, seq: list[int], budget
     t1 = time.perf_counter()
     if isinstance(proposal, Tree):
         return tree_round(target, drafter, seq, proposal, decoding)
+    draft_ms = (t1 - t0) * 1e3 - getattr(proposal, "catch_up_ms", 0.0)  # a Tree has none
     if len(proposal) == 0:
         token = _target_step(target, seq, decoding, timeline)
-        return Round([token], rows=1, verify_ms=(time.perf_counter() - t1) * 1e3, draft_ms=(t1 - t0) * 1e3)
-    return replace(chain_round(target, drafter, seq, proposal, decoding, timeline), draft_ms=(t1 - t0) * 1e3)
+        return Round([token], rows=1, verify_ms=(time.perf_counter() - t1) * 1e3, draft_ms=draft_ms)
+    return replace(chain_round(target, drafter, seq, proposal, decoding, timeline), draft_ms=draft_ms)
 
 
 def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain, decoding: Decoding,
