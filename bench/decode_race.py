@@ -19,7 +19,7 @@ greedy prompt gets its last answer as free drafts) is defeated before every time
 request by an untimed one-token request with another suffix, so speculation earns its tokens.
 
 Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llama-server target),
-and with ``--heads FILE`` also ``heads``: a second daemon, ``--drafter heads --heads FILE``, K auto
+and with ``--heads FILE`` also ``heads``: a second daemon, ``--drafter heads+ngram --heads FILE`` (``--heads-drafter``), K auto
 (both daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
 Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
@@ -97,6 +97,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="JSON of every raw measurement")
     ap.add_argument("--heads", type=Path, default=None,
                     help="a draft heads file: adds mode 'heads', a second daemon drafting with it")
+    ap.add_argument("--heads-drafter", choices=("heads", "heads+ngram"), default="heads+ngram",
+                    help="that daemon's --drafter: the heads alone, or prompt lookup first as the default "
+                         "daemon has in front of its draft model (default: %(default)s)")
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -106,7 +109,7 @@ def main() -> int:
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
-    heads = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", "heads", "--heads",
+    heads = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", args.heads_drafter, "--heads",
                    str(args.heads)]) if "heads" in modes else None
     daemons = {"spec": specd, "target": specd, "heads": heads}
     bins = find_binaries()

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from specd.engine.config import EngineConfig
+from specd.engine.config import HEAD_DRAFTERS, EngineConfig
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, convex_curve, costs_hold, measure_costs
 from specd.engine.head_drafter import DraftHeads
@@ -59,8 +59,8 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
         torch.set_num_threads(config.threads)
     check_memory(config)
     target = load_target(config)
-    heads = load_heads(config) if config.drafter == "heads" else None
-    draft = load_draft(config) if config.draft and config.drafter not in ("ngram", "heads") else None
+    heads = load_heads(config) if config.drafter in HEAD_DRAFTERS else None
+    draft = load_draft(config) if config.draft and config.drafter not in ("ngram", *HEAD_DRAFTERS) else None
     draft_model = draft.model if draft else None
     costs = None
     if config.k == "auto" and (draft_model is not None or config.drafter != "model"):
@@ -105,7 +105,7 @@ def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
     built = kernels.available()
     out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
                                 built and config.target_backend != "ort"))]
-    if config.draft and config.drafter not in ("ngram", "heads"):
+    if config.draft and config.drafter not in ("ngram", *HEAD_DRAFTERS):
         out.append(("draft", estimate(config.draft, config.draft_quant, config.max_len, config.device,
                                       config.draft_head_vocab, built)))
     return out

@@ -109,9 +109,11 @@ def test_eagle_drafts_sample_from_the_target() -> None:
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
 
 
-def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("drafter", ["heads", "heads+ngram"])
+def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path, drafter: str) -> None:
     """An EAGLE head file, loaded as ``--drafter heads --heads FILE`` loads it, through the engine
-    with the prefix cache on: greedy speculative text == target-only text, request after request."""
+    with the prefix cache on: greedy speculative text == target-only text, request after request;
+    with prompt lookup in front (``heads+ngram``) too."""
     from specd.engine.config import EngineConfig
     from specd.engine.engine import CompletionRequest, Engine
     from tests.tiny import tiny_tokenizer
@@ -124,13 +126,17 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path) -> None:
     assert isinstance(back, EagleHead) and back.shape == head.shape
     # K fixed: K auto would follow this tiny target's real step times (LiveCosts), against which
     # a random head's drafts may not pay, and draft nothing some runs
-    config = EngineConfig(draft=None, drafter="heads", k=4, prefix_cache_mb=8)
+    config = EngineConfig(draft=None, drafter=drafter, k=4, prefix_cache_mb=8)
     engine = Engine(target, tiny_tokenizer(), config=config, heads=back)
-    for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n"):
+    sources = set()
+    for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
+                   "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny = 2\nx = 1\n"):
         spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24))
         plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24, mode="target"))
         assert spec.tokens == plain.tokens
         assert spec.stats.drafted > 0
+        sources |= set(spec.stats.by_source)
+    assert sources == ({"model", "lookup"} if drafter == "heads+ngram" else {"model"})
 
 
 def test_k_auto_times_one_eagle_step() -> None:

@@ -25,7 +25,8 @@ from specd.schema import nested, setting
 # them); the engine reads models through their runtime, so it names them and never imports the registry
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
-DRAFTERS = ("model", "ngram", "both", "heads")
+DRAFTERS = ("model", "ngram", "both", "heads", "heads+ngram")
+HEAD_DRAFTERS = ("heads", "heads+ngram")  # the drafters that read --heads instead of a draft model
 TREE = ("on", "off")
 # token healing (specd.engine.healing): which last token of the text before the cursor is taken
 # out and generated again, constrained to start with its text
@@ -99,8 +100,9 @@ class EngineConfig:
     # alone's 1.18-1.22x (bench/RESULTS.md, session 14)
     drafter: str = setting("both", choices=DRAFTERS,
                            help="draft source: the draft model, prompt lookup (n-gram), both (n-gram when it "
-                                "finds a match, else the model), or heads (draft heads on the target's own "
-                                "hidden state: --heads)")
+                                "finds a match, else the model), heads (draft heads on the target's own "
+                                "hidden state: --heads), or heads+ngram (n-gram when it finds a match, else "
+                                "the heads)")
     heads: str = setting("", help="draft heads file for --drafter heads (specd heads train); empty: the heads "
                                   "shipped for the target, if any")
     device: str = setting("cpu", check=_device, help="cpu or cuda[:N]")

@@ -40,7 +40,7 @@ from specd.models.tokenizer import Tokenizer
 # The settings and request types live in torch-free modules (the thin clients read them without
 # loading the engine); they are imported here for the engine's use and for callers that import them
 # from this module.
-from specd.engine.config import DRAFTERS, TREE, EngineConfig
+from specd.engine.config import DRAFTERS, HEAD_DRAFTERS, TREE, EngineConfig
 from specd.engine.errors import VocabularyMismatch
 from specd.engine.vocabulary import shared_vocabulary
 from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, RequestError
@@ -54,12 +54,12 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
     ``heads`` (with ``target``): draft heads on the target's state."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
-    if kind == "heads":
+    if kind in HEAD_DRAFTERS:
         if heads is None or target is None:
-            raise ValueError("drafter 'heads' needs the heads and the target they read")
-        if isinstance(heads, EagleHead):
-            return EagleDrafter(target, heads)
-        return HeadDrafter(target, heads)
+            raise ValueError(f"drafter {kind!r} needs the heads and the target they read")
+        on_target: Drafter = EagleDrafter(target, heads) if isinstance(heads, EagleHead) else HeadDrafter(target, heads)
+        # heads+ngram: prompt lookup where the context repeats, as `both` does for a draft model
+        return HybridDrafter(NgramDrafter(capacity=capacity), on_target) if kind == "heads+ngram" else on_target
     model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
     if kind == "model":
         return model
@@ -102,7 +102,7 @@ class Engine:
     ) -> None:
         """``costs``: the measured step costs ``k="auto"`` chooses K from (``specd.app`` measures
         or reads them); required when K is auto and there is a drafter. ``heads``: the draft heads
-        ``config.drafter == "heads"`` drafts with."""
+        ``config.drafter`` ``heads`` or ``heads+ngram`` drafts with."""
         # the ids a completion may hold: the tokenizer's real tokens (a VocabularyMismatch when
         # the draft's ids mean something else); every model's padding rows are cut off
         self._allowed = (shared_vocabulary(tokenizer, target.vocab_size, draft_tokenizer or tokenizer, draft.vocab_size)
@@ -123,7 +123,7 @@ class Engine:
         self._chain = make_drafter(config.drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
                                    target=target)
         # draft heads propose chains only, and an EAGLE drafter is the one that watches the target
-        self._tree = (self._chain if config.drafter == "heads" else
+        self._tree = (self._chain if config.drafter in HEAD_DRAFTERS else
                       make_drafter(config.drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
                                    heads=heads, target=target))
         self._policy: StructureK | None = None
