@@ -317,7 +317,7 @@ class Decoder(CacheOwner):
         x = self._rms(x, self.norm)
         # what leaves the model lives on the CPU, whatever the device: the engine, its samplers
         # and the draft heads are device-agnostic (a [K+1, V] row block is ~0.6 MB per row)
-        host = x if x.device.type == "cpu" else x.cpu()
+        host = x.cpu()  # the tensor itself where it is on the CPU already
         if sink is not None:  # an EAGLE head's context: every forward's states, a prefill's too
             sink(start, host, cache.tokens[:end])
         if not logits:
@@ -327,8 +327,7 @@ class Decoder(CacheOwner):
         if self.observer is not None:
             self.observer(HEAD_INPUT, x)
         scores = self.lm_head(x)  # [n, V] or [n, V'] for a sub-vocabulary head
-        if scores.device.type != "cpu":
-            scores = scores.cpu()
+        scores = scores.cpu()
         if self.head_rows is not None:
             full = torch.full((n, c.vocab_size), float("-inf"))
             scores = full.index_copy_(1, self.head_rows, scores)  # [n, V]

@@ -98,7 +98,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         ids, covered = train.sub_vocabulary(train_split, args.vocab)
     report(f"heads train: {train_split.hidden.shape[0]} training positions, {val.hidden.shape[0]} held out; "
            f"the {ids.numel()}-token sub-vocabulary covers {covered:.1%} of the target's greedy tokens")
-    rows = HeadRows(source.gguf)(ids)
+    rows = start.head if start is not None else HeadRows(source.gguf)(ids)  # [V', H]: --init read them
     head: MedusaHeads | RecurrentHead | EagleHead
     settings: object
     if args.kind == "eagle":
