@@ -19,8 +19,9 @@ greedy prompt gets its last answer as free drafts) is defeated before every time
 request by an untimed one-token request with another suffix, so speculation earns its tokens.
 
 Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llama-server target),
-and with ``--heads FILE`` also ``heads``: a second daemon, ``--drafter heads+ngram --heads FILE`` (``--heads-drafter``), K auto
-(both daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
+and with ``--heads FILE`` one more mode per ``--heads-drafter`` (default ``heads+ngram``; a comma
+list, e.g. ``heads+ngram,auto``), named after it: a daemon each, ``--drafter D --heads FILE``, K auto
+(all daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
 Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
 
@@ -96,22 +97,28 @@ def main() -> int:
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=None, help="JSON of every raw measurement")
     ap.add_argument("--heads", type=Path, default=None,
-                    help="a draft heads file: adds mode 'heads', a second daemon drafting with it")
-    ap.add_argument("--heads-drafter", choices=("heads", "heads+ngram"), default="heads+ngram",
-                    help="that daemon's --drafter: the heads alone, or prompt lookup first as the default "
-                         "daemon has in front of its draft model (default: %(default)s)")
+                    help="a draft heads file: adds a mode per --heads-drafter, a daemon drafting with it")
+    ap.add_argument("--heads-drafter", default="heads+ngram",
+                    help="comma list of those daemons' --drafter: heads (the heads alone), heads+ngram (prompt "
+                         "lookup first, as the default daemon has in front of its draft model), auto (lookup, "
+                         "then the draft model or the heads, chosen per round) (default: %(default)s)")
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
-    if args.heads is not None and "heads" not in modes:
-        modes.append("heads")
+    head_modes = [d for d in args.heads_drafter.split(",") if d] if args.heads is not None else []
+    unknown = [d for d in head_modes if d not in ("heads", "heads+ngram", "auto")]
+    if unknown:
+        raise SystemExit(f"--heads-drafter: not a drafter that reads heads: {', '.join(unknown)}")
+    modes += [d for d in head_modes if d not in modes]
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
-    heads = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", args.heads_drafter, "--heads",
-                   str(args.heads)]) if "heads" in modes else None
-    daemons = {"spec": specd, "target": specd, "heads": heads}
+    daemons = {"spec": specd, "target": specd}
+    for d in head_modes:
+        daemons[d] = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", d, "--heads",
+                            str(args.heads)])
+    extra = [daemons[d] for d in head_modes]
     bins = find_binaries()
     if "llama" in modes and bins is None:
         raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
@@ -119,9 +126,8 @@ def main() -> int:
     raw: list[dict] = []
     try:
         for i, t in enumerate(tasks):
-            specd.warm(t)
-            if heads is not None:
-                heads.warm(t)
+            for daemon in (specd, *extra):
+                daemon.warm(t)
             if llama is not None:
                 llama.infill(t["prefix"], t["suffix"], 0, cache_prompt=True)
             row = {"id": t["id"]}
@@ -154,9 +160,8 @@ def main() -> int:
                 f"{m} {row.get(f'{m}_ms_per_token', float('nan')):.1f}" for m in modes) + ("" if full else " (not counted)"),
                 flush=True)
     finally:
-        specd.stop()
-        if heads is not None:
-            heads.stop()
+        for daemon in (specd, *extra):
+            daemon.stop()
         if llama is not None:
             llama.stop()
     counted = [r for r in raw if r["counted"]]
@@ -177,12 +182,13 @@ def main() -> int:
         summary["target / spec (speedup)"] = round(med["target"] / med["spec"], 3)
         per = [r["target_ms_per_token"] / r["spec_ms_per_token"] for r in counted]
         summary["speedup per task median"] = round(statistics.median(per), 3) if per else None
-    if med.get("heads") and med.get("target"):
-        summary["target / heads (speedup)"] = round(med["target"] / med["heads"], 3)
-        per = [r["target_ms_per_token"] / r["heads_ms_per_token"] for r in counted]
-        summary["heads speedup per task median"] = round(statistics.median(per), 3) if per else None
-    if med.get("llama") and med.get("heads"):
-        summary["heads / llama"] = round(med["heads"] / med["llama"], 3)
+    for d in head_modes:
+        if med.get(d) and med.get("target"):
+            summary[f"target / {d} (speedup)"] = round(med["target"] / med[d], 3)
+            per = [r["target_ms_per_token"] / r[f"{d}_ms_per_token"] for r in counted]
+            summary[f"{d} speedup per task median"] = round(statistics.median(per), 3) if per else None
+        if med.get("llama") and med.get(d):
+            summary[f"{d} / llama"] = round(med[d] / med["llama"], 3)
     print(json.dumps(summary, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from specd.engine.config import HEAD_DRAFTERS, EngineConfig
+from specd.engine.config import HEAD_DRAFTERS, MODEL_DRAFTERS, EngineConfig
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, convex_curve, costs_hold, measure_costs
 from specd.engine.head_drafter import DraftHeads
@@ -60,7 +60,7 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
     check_memory(config)
     target = load_target(config)
     heads = load_heads(config) if config.drafter in HEAD_DRAFTERS else None
-    draft = load_draft(config) if config.draft and config.drafter not in ("ngram", *HEAD_DRAFTERS) else None
+    draft = load_draft(config) if config.draft and config.drafter in MODEL_DRAFTERS else None
     draft_model = draft.model if draft else None
     costs = None
     if config.k == "auto" and (draft_model is not None or config.drafter != "model"):
@@ -105,7 +105,7 @@ def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
     built = kernels.available()
     out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
                                 built and config.target_backend != "ort"))]
-    if config.draft and config.drafter not in ("ngram", *HEAD_DRAFTERS):
+    if config.draft and config.drafter in MODEL_DRAFTERS:
         out.append(("draft", estimate(config.draft, config.draft_quant, config.max_len, config.device,
                                       config.draft_head_vocab, built)))
     return out
@@ -165,7 +165,7 @@ def step_costs(config: EngineConfig, target: CausalLM, draft: CausalLM | None,
     """The K policy's measured step costs for this machine, pair and runtime: read from the cache
     directory when a few timed steps confirm them (``costs_hold``), else measured and stored.
     N-gram drafts cost nothing; a draft by heads costs one step of them (a Medusa call for all K,
-    counted per draft: an upper bound)."""
+    counted per draft: an upper bound), in ``heads_ms`` where the draft model drafts beside them."""
     path = costs_path(config, target, draft)
     step = None if draft_heads is None else head_step(draft_heads)
     cost = read_costs(path)

@@ -136,7 +136,7 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path, drafter: str) -> No
         assert spec.tokens == plain.tokens
         assert spec.stats.drafted > 0
         sources |= set(spec.stats.by_source)
-    assert sources == ({"model", "lookup"} if drafter == "heads+ngram" else {"model"})
+    assert sources == ({"heads", "lookup"} if drafter == "heads+ngram" else {"heads"})
 
 
 def test_k_auto_times_one_eagle_step() -> None:

@@ -34,12 +34,15 @@ class LocalBackend:
     def health(self) -> dict[str, Any]:
         """``step_costs``: the costs K auto chooses from now (``draft_ms``, ``verify_ms`` for n = 1,
         2, ... tokens: the measured curve as this daemon's own rounds have shifted it,
-        ``specd.engine.policy.LiveCosts``), when K is auto and there is a drafter."""
+        ``specd.engine.policy.LiveCosts``), when K is auto and there is a drafter; with
+        ``--drafter auto`` also ``steps_ms``, each drafter's step by its source."""
         out: dict[str, Any] = {"ok": True, "backend": "local"}
         policy = self.engine.policy
         if policy is not None:
             cost = policy.cost
             out["step_costs"] = {"draft_ms": round(cost.draft_ms, 3), "verify_ms": [round(v, 3) for v in cost.verify_ms]}
+            if len(policy.live.steps) > 1:
+                out["step_costs"]["steps_ms"] = {source: round(ms, 3) for source, ms in policy.live.steps.items()}
         return out
 
     def complete(self, request: CompletionRequest, on_delta: Callable[[str], None] | None = None,

@@ -10,7 +10,9 @@ once it sees the draft's distribution. The rules:
 - **min_prob**: a draft whose top probability is below this is not proposed (the round ends);
 - **free_k**: at most this many drafts that cost no model call from the previous suggestion's
   tokens (source ``AHEAD``);
-- **lookup_k**: at most this many drafts from prompt lookup (source ``LOOKUP``; no model call).
+- **lookup_k**: at most this many drafts from prompt lookup (source ``LOOKUP``; no model call);
+- **drafter**: which drafter that pays a step per draft makes this round's ``k`` drafts, where
+  there are two (``--drafter auto``): the draft model (``MODEL``) or the draft heads (``HEADS``).
 
 Each source keeps its own acceptance estimate in the policy: a draft model's, the previous
 suggestion's and prompt lookup's drafts are right at very different rates.
@@ -27,6 +29,7 @@ from typing import Callable
 MODEL = "model"  # a draft model's forwards
 AHEAD = "ahead"  # the previous suggestion's tokens, while the output follows them (free)
 LOOKUP = "lookup"  # prompt lookup: what followed the context's last n tokens before (free)
+HEADS = "heads"  # draft heads over the target's own hidden state (one cheap step per draft)
 
 # The policy's in-round gate: given the drafter's confidence in each draft of the round so far,
 # whether one more draft is worth its forward.
@@ -40,6 +43,7 @@ class DraftBudget:
     min_prob: float = 0.0
     free_k: int = 0
     lookup_k: int = 0
+    drafter: str = MODEL
 
     @property
     def wants_confidence(self) -> bool:

@@ -25,8 +25,9 @@ from specd.schema import nested, setting
 # them); the engine reads models through their runtime, so it names them and never imports the registry
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
-DRAFTERS = ("model", "ngram", "both", "heads", "heads+ngram")
-HEAD_DRAFTERS = ("heads", "heads+ngram")  # the drafters that read --heads instead of a draft model
+DRAFTERS = ("model", "ngram", "both", "heads", "heads+ngram", "auto")
+HEAD_DRAFTERS = ("heads", "heads+ngram", "auto")  # the drafters that read --heads
+MODEL_DRAFTERS = ("model", "both", "auto")  # the drafters that run the draft model (--draft)
 TREE = ("on", "off")
 # token healing (specd.engine.healing): which last token of the text before the cursor is taken
 # out and generated again, constrained to start with its text
@@ -101,8 +102,9 @@ class EngineConfig:
     drafter: str = setting("both", choices=DRAFTERS,
                            help="draft source: the draft model, prompt lookup (n-gram), both (n-gram when it "
                                 "finds a match, else the model), heads (draft heads on the target's own "
-                                "hidden state: --heads), or heads+ngram (n-gram when it finds a match, else "
-                                "the heads)")
+                                "hidden state: --heads), heads+ngram (n-gram when it finds a match, else "
+                                "the heads), or auto (n-gram when it finds a match, else the draft model or "
+                                "the heads, whichever K auto predicts faster on this kind of text)")
     heads: str = setting("", help="draft heads file for --drafter heads (specd heads train); empty: the heads "
                                   "shipped for the target, if any")
     device: str = setting("cpu", check=_device, help="cpu or cuda[:N]")

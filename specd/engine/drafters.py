@@ -10,6 +10,7 @@ the drafter asks before each draft and after seeing each draft's distribution.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -24,10 +25,11 @@ from specd.models.protocol import CausalLM
 class Chain:
     """``tokens``: ``[k]`` drafts, each following the previous one; ``probs``: ``[k, V]`` the draft
     distributions they were drawn from, or None when drafting was deterministic (one-hot).
-    ``source``: where they came from (``MODEL``, ``AHEAD``, ``LOOKUP``). ``catch_up_ms``: time
-    the drafter spent on context it had not seen (a new prompt's rows of an EAGLE head's cache):
-    part of the round's wall time, but prefill-like work that the cost of a draft step, which K
-    auto learns from the rounds, must not carry."""
+    ``source``: where they came from (``MODEL``, ``HEADS``, ``AHEAD``, ``LOOKUP``). ``catch_up_ms``:
+    time the drafter spent on context it had not seen (a new prompt's rows of an EAGLE head's
+    cache; the tokens another drafter drafted, which a draft model's first forward takes in beyond
+    an ordinary step's): part of the round's wall time, but prefill-like work that the cost of a
+    draft step, which K auto learns from the rounds, must not carry."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
@@ -86,12 +88,17 @@ class ModelDrafter:
     ``branch > 1``: where the draft's top probability is below ``branch_below``, it proposes
     ``branch`` candidates instead of one (a token tree; the chain continues from the first)."""
 
+    # a forward over more tokens than the last one and a draft: the model catching up on tokens
+    # another drafter (lookup, the heads) had drafted; its time beyond one step is reported apart
+    CATCH_UP_ROWS = 2
+
     def __init__(self, model: CausalLM, branch: int = 1, branch_below: float = 1.0) -> None:
         if branch < 1:
             raise ValueError(f"branch must be >= 1, got {branch}")
         self.model = model
         self.branch = branch
         self.branch_below = branch_below
+        self.step_ms = 0.0  # running mean of an ordinary step (0: none timed yet)
 
     @property
     def max_len(self) -> int:
@@ -114,11 +121,18 @@ class ModelDrafter:
         extra: list[tuple[int, int, torch.Tensor | None]] = []  # (depth index, token, q row)
         tops: list[float] = []  # the draft's top probability at each chain position
         want_top = budget.wants_confidence or self.branch > 1
+        catch_up_ms = 0.0
         while budget.may_draft(tops):  # decided before the forward is paid
             i = len(tokens)
+            t0 = time.perf_counter()
             # [n]: the shared vocabulary, so a draft never proposes a padding row (which the
             # target, with fewer rows, could not even embed)
             logits = restrict(model.forward(feed)[-1], params)
+            ms = (time.perf_counter() - t0) * 1e3
+            if feed.numel() > self.CATCH_UP_ROWS:
+                catch_up_ms = max(0.0, ms - self.step_ms) if self.step_ms else 0.0
+            else:
+                self.step_ms = ms if not self.step_ms else 0.9 * self.step_ms + 0.1 * ms
             # Stop (and branch) on the draft's confidence at this position (its top probability),
             # decided before sampling: a rule that looked at the sampled token itself would bias
             # which drafts get verified, and the output would no longer follow the target exactly.
@@ -144,7 +158,8 @@ class ModelDrafter:
             feed = torch.tensor([d], dtype=torch.long)
         # the cache now holds seq + d_1..d_{k-1} (k = drafts kept; an early stop also fed d_k)
         if not extra:
-            return Chain(torch.tensor(tokens, dtype=torch.long), torch.stack(rows) if rows else None)  # [k], [k, V]
+            return Chain(torch.tensor(tokens, dtype=torch.long), torch.stack(rows) if rows else None,  # [k], [k, V]
+                         catch_up_ms=catch_up_ms)
         # a tree: the chain, then each extra candidate as a sibling of chain node i
         parents = list(range(-1, len(tokens) - 1)) + [i - 1 for i, _, _ in extra]
         tokens += [t for _, t, _ in extra]

@@ -25,7 +25,7 @@ import time
 
 import torch
 
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import HEADS, DraftBudget
 from specd.engine.drafters import Chain
 from specd.engine.errors import UnsupportedDrafter
 from specd.engine.sampling import SamplingParams
@@ -98,17 +98,17 @@ class EagleDrafter:
                 generator: torch.Generator | None) -> Chain:
         tokens = torch.tensor(seq, dtype=torch.long)
         if len(seq) < 2 or not budget.may_draft([]):
-            return Chain(torch.zeros(0, dtype=torch.long), None)
+            return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
         if not self._sync(tokens):
             self.rounds_without_state += 1
-            return Chain(torch.zeros(0, dtype=torch.long), None)
+            return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
         last = len(seq) - 2
         drafts, _ = self.head.draft(self.cache, self.features[last], seq[-1], budget.k, budget.may_draft,
                                     budget.keeps)
         self.cache_tokens[: len(seq)] = tokens
         self.round_rows = len(drafts) + 1
         # [k], one-hot proposals
-        return Chain(torch.tensor(drafts, dtype=torch.long), None, catch_up_ms=self.catch_up_ms)
+        return Chain(torch.tensor(drafts, dtype=torch.long), None, HEADS, catch_up_ms=self.catch_up_ms)
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back now: the next round checks the head's rows against its sequence."""

@@ -13,6 +13,8 @@ from typing import Callable
 
 import torch
 
+from specd.engine.budget import HEADS, MODEL
+from specd.engine.choice import ChoiceDrafter
 from specd.engine.continuation import ContinuationCache, LookaheadDrafter
 from specd.engine.drafters import Drafter, ModelDrafter
 from specd.engine.eagle_drafter import EagleDrafter
@@ -54,19 +56,37 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
     ``heads`` (with ``target``): draft heads on the target's state."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
+    model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
     if kind in HEAD_DRAFTERS:
         if heads is None or target is None:
             raise ValueError(f"drafter {kind!r} needs the heads and the target they read")
         on_target: Drafter = EagleDrafter(target, heads) if isinstance(heads, EagleHead) else HeadDrafter(target, heads)
-        # heads+ngram: prompt lookup where the context repeats, as `both` does for a draft model
-        return HybridDrafter(NgramDrafter(capacity=capacity), on_target) if kind == "heads+ngram" else on_target
-    model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
+        if kind == "heads":
+            return on_target
+        if kind == "auto":
+            if model is None:
+                raise ValueError("drafter 'auto' needs the draft model too")
+            on_target = ChoiceDrafter(model, on_target)  # K auto names the drafter per round
+        # prompt lookup where the context repeats, as `both` does for a draft model
+        return HybridDrafter(NgramDrafter(capacity=capacity), on_target)
     if kind == "model":
         return model
     ngram = NgramDrafter(capacity=capacity)
     if kind == "ngram" or model is None:
         return ngram
     return HybridDrafter(ngram, model)
+
+
+def step_drafters(kind: str, costs: CostModel) -> dict[str, float] | None:
+    """The drafters that pay a step per draft under ``--drafter kind``, each with its step (ms)
+    from ``costs``, for K auto to price; None: the draft model's alone."""
+    if kind == "auto":
+        if costs.heads_ms is None:
+            raise ValueError("drafter 'auto' needs the heads' step cost beside the draft model's (CostModel.heads_ms)")
+        return {MODEL: costs.draft_ms, HEADS: costs.heads_ms}
+    if kind in HEAD_DRAFTERS:
+        return {HEADS: costs.draft_ms}
+    return None
 
 
 def make_prefix_cache(config: EngineConfig, models: list[CausalLM]) -> PrefixCache | None:
@@ -102,7 +122,8 @@ class Engine:
     ) -> None:
         """``costs``: the measured step costs ``k="auto"`` chooses K from (``specd.app`` measures
         or reads them); required when K is auto and there is a drafter. ``heads``: the draft heads
-        ``config.drafter`` ``heads`` or ``heads+ngram`` drafts with."""
+        ``config.drafter`` ``heads``, ``heads+ngram`` or ``auto`` drafts with (``auto``: beside
+        the draft model, ``costs.heads_ms`` their step)."""
         # the ids a completion may hold: the tokenizer's real tokens (a VocabularyMismatch when
         # the draft's ids mean something else); every model's padding rows are cut off
         self._allowed = (shared_vocabulary(tokenizer, target.vocab_size, draft_tokenizer or tokenizer, draft.vocab_size)
@@ -131,7 +152,8 @@ class Engine:
             if costs is None:
                 raise ValueError("k='auto' needs the measured step costs: build the engine with "
                                  "specd.app.build_engine, or pass costs")
-            self._policy = StructureK(costs, make_classifier(tokenizer), min_prob=config.draft_min_prob)
+            self._policy = StructureK(costs, make_classifier(tokenizer), min_prob=config.draft_min_prob,
+                                      drafters=step_drafters(config.drafter, costs))
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
         # the draft model's cache follows the prompt unless only n-gram lookup drafts

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from specd.engine.budget import DraftBudget
+from specd.engine.budget import HEADS, DraftBudget
 from specd.engine.drafters import Chain
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
@@ -63,10 +63,10 @@ class HeadDrafter:
         state = self._state(seq)
         if state is None or not budget.may_draft([]):
             self.rounds_without_state += state is None
-            return Chain(torch.zeros(0, dtype=torch.long), None)
+            return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
         if isinstance(self.heads, RecurrentHead):
             tokens, _ = self.heads.draft(state, seq[-1], budget.k, budget.may_draft, budget.keeps)
-            return Chain(torch.tensor(tokens, dtype=torch.long), None)
+            return Chain(torch.tensor(tokens, dtype=torch.long), None, HEADS)
         logits = self.heads.draft_logits(state, budget.k)  # [k, V']: one call for the whole chain
         top_p, top_i = torch.softmax(logits, -1).max(-1)  # [k], [k]
         tokens: list[int] = []
@@ -79,7 +79,7 @@ class HeadDrafter:
                 break
             tokens.append(int(self.heads.ids[top_i[i]]))
             tops.append(top)
-        return Chain(torch.tensor(tokens, dtype=torch.long), None)  # [k], one-hot proposals
+        return Chain(torch.tensor(tokens, dtype=torch.long), None, HEADS)  # [k], one-hot proposals
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back: the drafter keeps no cache."""

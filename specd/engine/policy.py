@@ -24,7 +24,7 @@ from typing import Callable, Protocol, Sequence
 
 import torch
 
-from specd.engine.budget import AHEAD, LOOKUP, MODEL, DraftBudget
+from specd.engine.budget import AHEAD, HEADS, LOOKUP, MODEL, DraftBudget
 from specd.models.protocol import CausalLM
 
 
@@ -41,9 +41,11 @@ class KPolicy(Protocol):
         which the first ``accepted`` were kept."""
         ...
 
-    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
+                      source: str = MODEL) -> None:
         """What a round cost: one target forward over ``rows`` tokens took ``verify_ms``, and
-        ``draft_steps`` draft-model steps took ``draft_ms`` together (0: none)."""
+        ``draft_steps`` steps of the drafter ``source`` (``MODEL`` or ``HEADS``) took ``draft_ms``
+        together (0: none)."""
         ...
 
 
@@ -54,8 +56,14 @@ class _Budgets:
     gated: bool
     min_prob: float
 
-    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
+                      source: str = MODEL) -> None:
         pass  # (StructureK follows the daemon's own timings; the others keep their curve)
+
+    def chosen_drafter(self) -> str:
+        """Which drafter that pays a step per draft makes this round's drafts (``MODEL`` unless a
+        policy chooses between two)."""
+        return MODEL
 
     def choose(self, seq: list[int] | None = None) -> int: ...
 
@@ -76,7 +84,7 @@ class _Budgets:
         free, lookup = self.choose_free(), self.choose_lookup()
         return DraftBudget(k=k, gate=self.keep_drafting if self.gated else None, min_prob=self.min_prob,
                            free_k=cap if free is None else min(free, cap),
-                           lookup_k=k if lookup is None else min(lookup, cap))
+                           lookup_k=k if lookup is None else min(lookup, cap), drafter=self.chosen_drafter())
 
 
 @dataclass
@@ -99,10 +107,13 @@ class FixedK(_Budgets):
 
 @dataclass(frozen=True)
 class CostModel:
-    """Measured milliseconds: one draft step, and a target forward over n = 1, 2, ... tokens."""
+    """Measured milliseconds: one draft step, and a target forward over n = 1, 2, ... tokens;
+    ``heads_ms``: one step of the draft heads, where they draft beside a draft model
+    (``--drafter auto``; ``draft_ms`` is then the draft model's)."""
 
     draft_ms: float
     verify_ms: tuple[float, ...]  # index n-1: T_target(n)
+    heads_ms: float | None = None
 
     def target(self, n: int) -> float:
         if n <= len(self.verify_ms):
@@ -125,12 +136,17 @@ class CostModel:
         return best, best_k
 
     def to_json(self) -> str:
-        return json.dumps({"draft_ms": self.draft_ms, "verify_ms": list(self.verify_ms)})
+        d: dict[str, object] = {"draft_ms": self.draft_ms, "verify_ms": list(self.verify_ms)}
+        if self.heads_ms is not None:
+            d["heads_ms"] = self.heads_ms
+        return json.dumps(d)
 
     @classmethod
     def from_json(cls, text: str) -> "CostModel":
         d = json.loads(text)
-        return cls(float(d["draft_ms"]), tuple(float(x) for x in d["verify_ms"]))
+        heads = d.get("heads_ms")
+        return cls(float(d["draft_ms"]), tuple(float(x) for x in d["verify_ms"]),
+                   None if heads is None else float(heads))
 
 
 class AdaptiveK(_Budgets):
@@ -253,42 +269,64 @@ class LiveCosts:
     observations, then exponential averages of weight ``weight``. ``observe`` says when the
     curve it gives has moved by more than ``moved`` (relative) since the last one it gave."""
 
-    def __init__(self, stored: CostModel, prior: float = 4.0, weight: float = 0.05, moved: float = 0.03) -> None:
+    def __init__(self, stored: CostModel, prior: float = 4.0, weight: float = 0.05, moved: float = 0.03,
+                 steps: dict[str, float] | None = None) -> None:
+        """``steps``: each drafter's stored step (ms) by its source, where a policy chooses among
+        several (default: the stored curve's ``draft_ms`` as the draft model's)."""
         self.stored = stored
         self.prior, self.weight, self.moved = prior, weight, moved
         self.offset = 0.0  # ms added to every forward
-        self.draft_ms = stored.draft_ms
-        self.forwards = self.drafts = 0
-        self._given = stored
+        self.steps = dict(steps) if steps else {MODEL: stored.draft_ms}  # ms a draft step, by drafter
+        self.forwards = 0
+        self.drafts = 0  # rounds whose draft steps were timed, all drafters together
+        self._seen = {source: 0 for source in self.steps}
+        self._given = {source: self.current(source) for source in self.steps}
+
+    @property
+    def draft_ms(self) -> float:
+        """The first drafter's step (the only one, unless a policy chooses among several)."""
+        return next(iter(self.steps.values()))
 
     def _mix(self, old: float, new: float, count: int) -> float:
         return old + max(self.weight, 1.0 / (self.prior + count)) * (new - old)
 
-    def observe(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> bool:
+    def observe(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
+                source: str = MODEL) -> bool:
         if rows >= 1 and verify_ms > 0:
             self.forwards += 1
             self.offset = self._mix(self.offset, verify_ms - self.stored.target(rows), self.forwards)
-        if draft_steps > 0 and draft_ms > 0 and math.isfinite(self.draft_ms):
+        if draft_steps > 0 and draft_ms > 0 and source in self.steps and math.isfinite(self.steps[source]):
             self.drafts += 1
-            self.draft_ms = self._mix(self.draft_ms, draft_ms / draft_steps, self.drafts)
-        now = self.current()
-        before = self._given
-        if (abs(now.target(1) - before.target(1)) > self.moved * before.target(1)
-                or abs(now.draft_ms - before.draft_ms) > self.moved * before.draft_ms):
-            self._given = now
-            return True
-        return False
+            self._seen[source] += 1
+            self.steps[source] = self._mix(self.steps[source], draft_ms / draft_steps, self._seen[source])
+        moved = False
+        for name, before in self._given.items():
+            now = self.current(name)
+            if (abs(now.target(1) - before.target(1)) > self.moved * before.target(1)
+                    or abs(now.draft_ms - before.draft_ms) > self.moved * before.draft_ms):
+                self._given[name] = now
+                moved = True
+        return moved
 
-    def current(self) -> CostModel:
+    def current(self, source: str | None = None) -> CostModel:
         """The stored curve shifted by what the rounds measured (a forward never under half its
-        stored time)."""
-        return CostModel(self.draft_ms, tuple(max(v + self.offset, 0.5 * v) for v in self.stored.verify_ms))
+        stored time), priced with drafter ``source``'s step (default: the first drafter's)."""
+        step = self.steps[source] if source is not None else self.draft_ms
+        return CostModel(step, tuple(max(v + self.offset, 0.5 * v) for v in self.stored.verify_ms))
 
 
 class StructureK(_Budgets):
     """``AdaptiveK`` per kind of text (``specd.engine.structure``): each kind learns its own
     acceptance per draft position, starting from a prior that says boilerplate is predictable and
-    prose is not. The kind is judged each round from the sequence so far."""
+    prose is not. The kind is judged each round from the sequence so far.
+
+    **Two drafters** (``drafters``: each one's step in ms by its source, ``MODEL`` and ``HEADS``):
+    each kind keeps an estimate per drafter, priced with that drafter's own step, and each round
+    drafts with the one whose best K promises the most tokens per millisecond (``chosen_drafter``).
+    The other one is not observed while it is not chosen, so its estimate could stay too low for
+    ever: after ``explore_every`` rounds of a kind without it, it drafts one round at its own best
+    K (at least one draft). An exploration that does not make it the best again doubles the wait
+    (up to ``explore_max`` rounds); being chosen on its merits resets it."""
 
     PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
     # Free drafts cost no draft step, but each verified row costs what the curve says: their count
@@ -303,39 +341,83 @@ class StructureK(_Budgets):
     gated = True
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
-                 priors: dict[str, float] | None = None, min_prob: float = 0.0) -> None:
+                 priors: dict[str, float] | None = None, min_prob: float = 0.0,
+                 drafters: dict[str, float] | None = None, explore_every: int = 16, explore_max: int = 256) -> None:
         self.classify = classify
         self.min_prob = min_prob
         self.k_max = k_max
-        self.cost = cost
-        self.live = LiveCosts(cost)
-        self.policies = {kind: AdaptiveK(cost, k_max, prior) for kind, prior in (priors or self.PRIORS).items()}
+        self.live = LiveCosts(cost, steps=drafters)
+        self.cost = self.live.current()
+        priors = priors or self.PRIORS
+        # estimates by drafter, then by kind; `policies`: the first drafter's (the only one, mostly)
+        self.by_drafter = {source: {kind: AdaptiveK(self.live.current(source), k_max, prior, source=source)
+                                    for kind, prior in priors.items()}
+                           for source in self.live.steps}
+        self.policies = next(iter(self.by_drafter.values()))
         self.current = "code"
+        self.drafter = next(iter(self.by_drafter))
         self.rounds = {kind: 0 for kind in self.policies}
+        self.explore_base = explore_every
+        self.explore_max = explore_max
+        self.waited = {(kind, source): 0 for kind in self.policies for source in self.by_drafter}
+        self.explore_every = {(kind, source): explore_every for kind in self.policies for source in self.by_drafter}
         free = CostModel(0.0, cost.verify_ms)
         self.lookahead = AdaptiveK(free, self.LOOKAHEAD_MAX, self.LOOKAHEAD_PRIOR, source=AHEAD)
         self.lookup = AdaptiveK(free, self.LOOKUP_MAX, self.LOOKUP_PRIOR, source=LOOKUP)
 
-    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0) -> None:
-        if self.live.observe(rows, verify_ms, draft_steps, draft_ms):
+    def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
+                      source: str = MODEL) -> None:
+        if self.live.observe(rows, verify_ms, draft_steps, draft_ms, source):
             self.cost = cost = self.live.current()
-            for policy in self.policies.values():
-                policy.set_cost(cost)
+            for name, policies in self.by_drafter.items():
+                for policy in policies.values():
+                    policy.set_cost(self.live.current(name))
             free = CostModel(0.0, cost.verify_ms)
             self.lookahead.set_cost(free)
             self.lookup.set_cost(free)
 
     def choose(self, seq: list[int] | None = None) -> int:
         kind = self.classify(seq) if seq is not None else "code"
-        self.current = kind if kind in self.policies else "code"
-        self.rounds[self.current] += 1
-        return self.policies[self.current].choose()
+        self.current = kind = kind if kind in self.policies else "code"
+        self.rounds[kind] += 1
+        self.drafter = self._pick(kind)
+        policy = self.by_drafter[self.drafter][kind]
+        if self.waited[kind, self.drafter] < 0:  # exploring: one round at its best K, at least 1
+            self.waited[kind, self.drafter] = 0
+            return max(1, policy.best_k())
+        return policy.choose()
+
+    def _pick(self, kind: str) -> str:
+        """The drafter for this round of ``kind`` (marks an exploration with ``waited`` = -1)."""
+        if len(self.by_drafter) == 1:
+            return self.drafter
+
+        def rate(source: str) -> float:
+            policy = self.by_drafter[source][kind]
+            return policy.expected_rate(policy.best_k())
+        best = max(self.by_drafter, key=rate)  # ties: the first drafter
+        for source in self.by_drafter:
+            key = (kind, source)
+            if source == best:
+                self.waited[key] = 0
+                continue
+            self.waited[key] += 1
+            if self.waited[key] >= self.explore_every[key]:
+                self.explore_every[key] = min(2 * self.explore_every[key], self.explore_max)
+                self.waited[key] = -1
+                return source
+        self.explore_every[kind, best] = self.explore_base
+        return best
+
+    def chosen_drafter(self) -> str:
+        return self.drafter
 
     def keep_drafting(self, confidences: list[float]) -> bool:
-        return self.policies[self.current].keep_drafting(confidences)
+        return self.by_drafter[self.drafter][self.current].keep_drafting(confidences)
 
     def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
-        for estimate in (self.policies[self.current], self.lookahead, self.lookup):
+        estimates = [policies[self.current] for policies in self.by_drafter.values()]
+        for estimate in (*estimates, self.lookahead, self.lookup):
             estimate.observe(drafted, accepted, source)  # each learns from its own source only
 
     def choose_free(self) -> int | None:
@@ -356,15 +438,18 @@ def measure_costs(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ..
     drift touches all alike), medians. A forward over more tokens never costs less than one over
     fewer (a cheaper T(2) than T(1) is noise, and it would make the policy over-value drafting
     one token), so the curve is made non-decreasing. The caches are left empty. ``draft_step``
-    (with no draft model): what one draft costs instead, e.g. one step of draft heads."""
-    measured, draft_ms = _time_steps(target, draft, sizes, context, reps, draft_step)
+    (with no draft model): what one draft costs instead, e.g. one step of draft heads; with a draft
+    model too, it is timed as well, into ``heads_ms``."""
+    measured, draft_ms, step_ms = _time_steps(target, draft, sizes, context, reps, draft_step)
     verify: list[float] = []
     for n in range(1, max(sizes) + 1):  # interpolate the sizes not measured
         lo = max(s for s in sizes if s <= n)
         hi = min(s for s in sizes if s >= n)
         frac = 0.0 if hi == lo else (n - lo) / (hi - lo)
         verify.append(measured[lo] + frac * (measured[hi] - measured[lo]))
-    return CostModel(draft_ms, convex_curve(verify))
+    if draft is None:
+        return CostModel(step_ms, convex_curve(verify))
+    return CostModel(draft_ms, convex_curve(verify), step_ms if draft_step is not None else None)
 
 
 def convex_curve(verify: Sequence[float]) -> tuple[float, ...]:
@@ -407,18 +492,20 @@ def costs_hold(cost: CostModel, target: CausalLM, draft: CausalLM | None, sizes:
     It runs at every start, so after a short ``context``: the curve's 128 cached tokens change a
     step by a few per cent, far inside the tolerance, and prefilling them took 2.1 s of a 10.5 s
     start of the default pair here (0.7 s with 16)."""
-    measured, draft_ms = _time_steps(target, draft, sizes, context, reps, draft_step)
+    measured, draft_ms, step_ms = _time_steps(target, draft, sizes, context, reps, draft_step)
     pairs = [(measured[n], cost.target(n)) for n in sizes]
-    if draft is not None or draft_step is not None:
+    if draft is not None:
         pairs.append((draft_ms, cost.draft_ms))
+    if draft_step is not None:
+        pairs.append((step_ms, cost.draft_ms if draft is None else (cost.heads_ms or 0.0)))
     return all(now > 0 and then > 0 and 1 / tolerance <= now / then <= tolerance for now, then in pairs)
 
 
 def _time_steps(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...], context: int, reps: int,
-                draft_step: Callable[[], object] | None) -> tuple[dict[int, float], float]:
-    """Median ms of a target forward over each n in ``sizes`` after ``context`` cached tokens, and
-    of one draft step (inf without a draft), over ``reps`` interleaved rounds; the caches are left
-    empty."""
+                draft_step: Callable[[], object] | None) -> tuple[dict[int, float], float, float]:
+    """Median ms of a target forward over each n in ``sizes`` after ``context`` cached tokens, of
+    one draft-model step and of one ``draft_step`` (inf where not given), over ``reps``
+    interleaved rounds; the caches are left empty."""
 
     def timed(model: CausalLM, n: int) -> float:
         model.rollback(context)
@@ -432,15 +519,19 @@ def _time_steps(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...]
         m.forward((torch.arange(context) * 13 + 5) % m.vocab_size)
     runs: dict[int, list[float]] = {n: [] for n in sizes}
     draft_runs: list[float] = []
+    step_runs: list[float] = []
     for _ in range(reps):
         for n in sizes:
             runs[n].append(timed(target, n))
         if draft is not None:
             draft_runs.append(timed(draft, 1))
-        elif draft_step is not None:
+        if draft_step is not None:
             t0 = time.perf_counter()
             draft_step()
-            draft_runs.append((time.perf_counter() - t0) * 1e3)
+            step_runs.append((time.perf_counter() - t0) * 1e3)
     for m in models:
         m.rollback(0)
-    return {n: statistics.median(v) for n, v in runs.items()}, (statistics.median(draft_runs) if draft_runs else float("inf"))
+
+    def median(v: list[float]) -> float:
+        return statistics.median(v) if v else float("inf")
+    return {n: statistics.median(v) for n, v in runs.items()}, median(draft_runs), median(step_runs)

@@ -18,7 +18,7 @@ from typing import Callable
 import torch
 
 from specd.engine import tree
-from specd.engine.budget import MODEL, DraftBudget
+from specd.engine.budget import HEADS, MODEL, DraftBudget
 from specd.engine.drafters import Chain, Drafter, Tree
 from specd.engine.policy import FixedK, KPolicy
 from specd.engine.prefill import prefill as prefill_cache
@@ -93,7 +93,8 @@ def _decode(target: CausalLM, prompt: list[int], decoding: Decoding, drafter: Dr
             if r.drafted:
                 policy.observe(r.drafted, r.accepted, r.source)
             if r.rows:  # what the round cost, for a policy that follows this machine's speed
-                policy.observe_costs(r.rows, r.verify_ms, r.drafted if r.source == MODEL else 0, r.draft_ms)
+                stepped = r.source in (MODEL, HEADS)  # drafts that paid a step each (lookup's are free)
+                policy.observe_costs(r.rows, r.verify_ms, r.drafted if stepped else 0, r.draft_ms, r.source)
         else:
             r = Round([_target_step(target, seq, decoding, timeline)])
         stats.add(r)
