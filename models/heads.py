@@ -37,8 +37,13 @@ from safetensors.torch import load_file, save_file
 from specd.models.eagle import FORMAT as EAGLE_FORMAT, PARAMS, EagleHead, EagleShape
 from specd.models.errors import ModelError
 
-# draft heads shipped with specd, by target name: models/data/heads/<target>.safetensors
+# draft heads shipped with specd, by target name: models/data/heads/<target>.safetensors, and the
+# sha256 each file was shipped with (tests/test_shipped_heads.py checks it; bench/RESULTS.md says how
+# it was trained)
 SHIPPED = Path(__file__).parent / "data" / "heads"
+SHIPPED_SHA256: dict[str, str] = {
+    "qwen2.5-coder-1.5b": "982602e2064da21a530c9e705258b38deee7d5bb1c92542e90c1e4ec937efa7f",
+}
 FORMAT = "specd-medusa-1"
 RECURRENT_FORMAT = "specd-recurrent-2"  # 2: inputs scaled to unit RMS
 
