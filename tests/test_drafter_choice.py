@@ -12,7 +12,7 @@ from specd.engine.drafters import ModelDrafter
 from specd.engine.eagle_drafter import EagleDrafter
 from specd.engine.policy import CostModel, StructureK
 from specd.engine.speculative import Decoding, generate
-from tests.test_eagle_drafter import _eagle
+from tests.test_eagle_drafter import _eagle, exact_sources
 from tests.tiny import tiny_decoder
 
 # the default pair's curve on this 2-core machine (bench/RESULTS.md, session 20): the 0.5B draft's
@@ -111,7 +111,7 @@ def test_an_engine_with_drafter_auto_keeps_the_target_text() -> None:
     greedy speculative text == target-only text, request after request; the heads draft the
     first round (as cheap per draft and as trusted a priori), and lookup drafts where the text repeats."""
     from specd.engine.config import EngineConfig
-    from specd.engine.engine import CompletionRequest, Engine
+    from specd.engine.engine import Engine
     from tests.tiny import tiny_tokenizer
 
     target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
@@ -119,12 +119,5 @@ def test_an_engine_with_drafter_auto_keeps_the_target_text() -> None:
     costs = CostModel(1.0, tuple(500.0 + n for n in range(9)), heads_ms=0.5)
     engine = Engine(target, tiny_tokenizer(), draft, tiny_tokenizer(),
                     EngineConfig(drafter="auto", k="auto", prefix_cache_mb=8), costs=costs, heads=_eagle(target, seed=3))
-    sources: set[str] = set()
-    for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
-                   "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny = 2\nx = 1\n"):
-        spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24))
-        plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24, mode="target"))
-        assert spec.tokens == plain.tokens
-        assert spec.stats.drafted > 0
-        sources |= set(spec.stats.by_source)
+    sources = exact_sources(engine)
     assert HEADS in sources and sources <= {MODEL, HEADS, LOOKUP}

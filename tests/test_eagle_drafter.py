@@ -115,7 +115,7 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path, drafter: str) -> No
     with the prefix cache on: greedy speculative text == target-only text, request after request;
     with prompt lookup in front (``heads+ngram``) too."""
     from specd.engine.config import EngineConfig
-    from specd.engine.engine import CompletionRequest, Engine
+    from specd.engine.engine import Engine
     from tests.tiny import tiny_tokenizer
 
     target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
@@ -128,14 +128,7 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path, drafter: str) -> No
     # a random head's drafts may not pay, and draft nothing some runs
     config = EngineConfig(draft=None, drafter=drafter, k=4, prefix_cache_mb=8)
     engine = Engine(target, tiny_tokenizer(), config=config, heads=back)
-    sources = set()
-    for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
-                   "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny = 2\nx = 1\n"):
-        spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24))
-        plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24, mode="target"))
-        assert spec.tokens == plain.tokens
-        assert spec.stats.drafted > 0
-        sources |= set(spec.stats.by_source)
+    sources = exact_sources(engine)
     assert sources == ({"heads", "lookup"} if drafter == "heads+ngram" else {"heads"})
 
 
@@ -153,3 +146,19 @@ def test_k_auto_times_one_eagle_step() -> None:
     assert step()[0] == tokens  # the same state, the same cache: the same draft
     cost = measure_costs(target, None, sizes=(1, 2), context=16, reps=2, draft_step=step)
     assert cost.draft_ms > 0
+
+
+def exact_sources(engine) -> set[str]:
+    """Three requests (the last one repetitive, for prompt lookup), each greedy speculative ==
+    target-only with drafts made; the draft sources they used."""
+    from specd.engine.engine import CompletionRequest
+
+    sources: set[str] = set()
+    for prefix in ("def add(a, b):\n    return a", "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n",
+                   "x = 1\ny = 2\nx = 1\ny = 2\nx = 1\ny = 2\nx = 1\n"):
+        spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24))
+        plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=24, mode="target"))
+        assert spec.tokens == plain.tokens
+        assert spec.stats.drafted > 0
+        sources |= set(spec.stats.by_source)
+    return sources
