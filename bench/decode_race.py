@@ -45,7 +45,7 @@ from specd.bench.machine import machine_info
 from specd.daemon.client import Client
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED
-from specd.engine.config import DEFAULT_TARGET
+from specd.engine.config import DEFAULT_TARGET, HEAD_DRAFTERS
 from specd.percentile import percentile
 
 MODES = ("spec", "target", "llama")
@@ -106,7 +106,7 @@ def main() -> int:
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
     head_modes = [d for d in args.heads_drafter.split(",") if d] if args.heads is not None else []
-    unknown = [d for d in head_modes if d not in ("heads", "heads+ngram", "auto")]
+    unknown = [d for d in head_modes if d not in HEAD_DRAFTERS]
     if unknown:
         raise SystemExit(f"--heads-drafter: not a drafter that reads heads: {', '.join(unknown)}")
     modes += [d for d in head_modes if d not in modes]

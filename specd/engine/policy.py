@@ -380,17 +380,16 @@ class StructureK(_Budgets):
         kind = self.classify(seq) if seq is not None else "code"
         self.current = kind = kind if kind in self.policies else "code"
         self.rounds[kind] += 1
-        self.drafter = self._pick(kind)
+        self.drafter, exploring = self._pick(kind)
         policy = self.by_drafter[self.drafter][kind]
-        if self.waited[kind, self.drafter] < 0:  # exploring: one round at its best K, at least 1
-            self.waited[kind, self.drafter] = 0
+        if exploring:  # one round at its best K, at least 1
             return max(1, policy.best_k())
         return policy.choose()
 
-    def _pick(self, kind: str) -> str:
-        """The drafter for this round of ``kind`` (marks an exploration with ``waited`` = -1)."""
+    def _pick(self, kind: str) -> tuple[str, bool]:
+        """The drafter for this round of ``kind``, and whether the round explores it."""
         if len(self.by_drafter) == 1:
-            return self.drafter
+            return self.drafter, False
 
         def rate(source: str) -> float:
             policy = self.by_drafter[source][kind]
@@ -404,10 +403,10 @@ class StructureK(_Budgets):
             self.waited[key] += 1
             if self.waited[key] >= self.explore_every[key]:
                 self.explore_every[key] = min(2 * self.explore_every[key], self.explore_max)
-                self.waited[key] = -1
-                return source
+                self.waited[key] = 0
+                return source, True
         self.explore_every[kind, best] = self.explore_base
-        return best
+        return best, False
 
     def chosen_drafter(self) -> str:
         return self.drafter
