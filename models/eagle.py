@@ -205,28 +205,35 @@ class EagleHead(torch.nn.Module):
               more: Callable[[list[float]], bool] | None = None,
               keep: Callable[[float, int], bool] | None = None) -> tuple[list[int], list[float]]:
         """Up to ``k`` drafts after ``token`` from the target's feature ``[H]`` at the cache's next
-        position; each draft's row stays in the cache only while drafting (the cache is rolled
-        back to where it was, plus the first row, which is the target's own and stays valid).
-        ``more`` / ``keep`` as in ``RecurrentHead.draft``. Returns (tokens, top probabilities)."""
+        position (that row, the target's own, stays in the cache); see ``draft_after``."""
+        f = self.extend(cache, feature.reshape(1, -1), [token])  # [1, H]: the row is the target's
+        return self.draft_after(cache, f, k, more, keep)
+
+    @torch.inference_mode()
+    def draft_after(self, cache: EagleCache, f: torch.Tensor, k: int,
+                    more: Callable[[list[float]], bool] | None = None,
+                    keep: Callable[[float, int], bool] | None = None) -> tuple[list[int], list[float]]:
+        """Up to ``k`` drafts from ``f`` ``[1, H]``, the head's output at the cache's last row
+        (``extend``'s last row: the caller fuses the rows it catches up on with the target's own
+        last one in a single forward). Each draft's row stays in the cache only while drafting:
+        the cache is rolled back to where it was. ``more`` / ``keep`` as in
+        ``RecurrentHead.draft``. Returns (tokens, top probabilities)."""
         p = self._inference()
         base = cache.length
-        f = self.extend(cache, feature.reshape(1, -1), [token])  # [1, H]: row base is the target's
         tokens: list[int] = []
         tops: list[float] = []
         for i in range(k):
-            if i and more is not None and not more(tops):
-                break
             prob = torch.softmax(_mm(f, p["head"]).float(), -1)[0]  # [V']
             top, at = prob.max(0)
             if keep is not None and not keep(float(top), i):
                 break
             tokens.append(int(self.ids[at]))
             tops.append(float(top))
-            if i + 1 < k and cache.length < cache.k.shape[1]:
-                f = self.extend(cache, f, [tokens[-1]])
-            else:
+            # the next draft's row only if it will be drafted (asked before its forward is paid)
+            if i + 1 >= k or cache.length >= cache.k.shape[1] or (more is not None and not more(tops)):
                 break
-        cache.rollback(base + 1)
+            f = self.extend(cache, f, [tokens[-1]])
+        cache.rollback(base)
         return tokens, tops
 
     def nbytes(self) -> int:

@@ -83,6 +83,32 @@ def test_a_new_prompts_rows_are_catch_up_not_draft_cost() -> None:
     assert all(ms == 0.0 for ms in rounds[1:])  # later rounds add at most their predecessor's drafts + 1
 
 
+def test_a_round_pays_one_head_forward_per_draft() -> None:
+    """The rows a round catches up on share the first draft's forward, and a draft the budget
+    stops after pays no forward for the row after it: a round of ``d`` drafts runs the head ``d``
+    times (a separate catch-up forward would make every draft step look dearer to K auto)."""
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16)
+    head = _eagle(target)
+    calls: list[int] = []
+    extend = head.extend
+    head.extend = lambda *a, **kw: (calls.append(1), extend(*a, **kw))[1]  # counts, runs the real one
+    drafter = EagleDrafter(target, head)
+    per_round: list[tuple[int, int]] = []  # (head forwards, drafts) per round
+    propose = drafter.propose
+
+    def counted(*a, **kw):
+        calls.clear()
+        chain = propose(*a, **kw)
+        per_round.append((len(calls), chain.tokens.numel()))
+        return chain
+
+    drafter.propose = counted
+    generate(target, list(range(3, 20)), Decoding(30), drafter, k=3)
+    per_round = per_round[1:]  # the first round's forward also brought the head over the prompt
+    assert len(per_round) > 3
+    assert all(n == d for n, d in per_round), str(per_round)
+
+
 def test_eagle_drafts_sample_from_the_target() -> None:
     """Sampling: the joint distribution of the first two tokens with EAGLE drafts is the target's
     exact one (chi-square)."""

@@ -9,8 +9,9 @@ computed from; a position's feature is trusted only while those tokens are still
 mismatch, and the features before it are then dropped).
 
 At the top of a round the target's cache holds ``seq[:-1]``; the head's cache is brought up to
-position ``len(seq) - 3`` (each row ``t`` fused from ``f_t`` and ``seq[t + 1]``), then the chain is
-drafted from ``f_{len(seq) - 2}`` and ``seq[-1]``. The head's own rows are reused across rounds
+position ``len(seq) - 2`` (each row ``t`` fused from ``f_t`` and ``seq[t + 1]``) in one forward,
+whose last row (``f_{len(seq) - 2}`` with ``seq[-1]``) the chain is drafted from: the rows the
+last round accepted and the first draft share the weights' read. The head's own rows are reused across rounds
 and requests while the tokens they were computed from match. Its context is the last ``window``
 positions at most (the head was trained on windows of 512).
 
@@ -53,7 +54,8 @@ class EagleDrafter:
         self.cache_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence the head's rows were computed from
         self.rounds_without_state = 0
         self.round_rows = 1  # rows a round's own tokens add to the head's cache: the last round's drafts + 1
-        self.catch_up_ms = 0.0  # the last sync's time on rows beyond those (a new prompt's): not a draft's cost
+        self.first_ms = 0.0  # running mean of an ordinary round's first forward (0: none timed yet)
+        self.catch_up_ms = 0.0  # the last round's time on rows beyond its own (a new prompt's): not a draft's cost
 
     @property
     def max_len(self) -> int:
@@ -71,40 +73,47 @@ class EagleDrafter:
     def prefill(self, context: list[int]) -> int:
         return 0  # the head's rows are brought up to date when a round needs them
 
-    def _sync(self, seq: torch.Tensor) -> bool:
-        """Bring the head's cache to rows ``.. len(seq) - 3`` under ``seq``; False when the
-        target's features do not cover them."""
+    def _sync(self, seq: torch.Tensor) -> int | None:
+        """Roll the head's cache back to the rows still valid under ``seq`` and return the first
+        row it lacks (rows up to ``len(seq) - 2``, the draft's own first row, are to come); None
+        when the target's features do not cover them."""
         last = seq.numel() - 2  # the position drafting starts from
         if last < self.feature_base or self.feature_len < last + 1 or not torch.equal(
                 self.feature_tokens[self.feature_base : last + 1], seq[self.feature_base : last + 1]):
-            return False
+            return None
         c = self.cache
         ok = common_prefix(self.cache_tokens, c.start + c.length + 1, seq)  # rows t < ok - 1 are valid
-        c.rollback(max(0, min(ok - 1, last) - c.start))  # row `last` is the draft's own first row
+        c.rollback(max(0, min(ok - 1, last) - c.start))
         lo = max(self.feature_base, last - self.window)
         if c.start + c.length < lo or c.start < self.feature_base:
             c.start, c.length = lo, 0  # a fresh context: the rows before lo are not ours to attend
             c.tokens.clear()
-        at = c.start + c.length
-        self.catch_up_ms = 0.0
-        if at < last:
-            t0 = time.perf_counter()
-            self.head.extend(c, self.features[at:last], seq[at + 1 : last + 1].tolist())
-            rows = last - at
-            self.catch_up_ms = (time.perf_counter() - t0) * 1e3 * max(0, rows - self.round_rows) / rows
-        return True
+        return c.start + c.length
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
                 generator: torch.Generator | None) -> Chain:
         tokens = torch.tensor(seq, dtype=torch.long)
         if len(seq) < 2 or not budget.may_draft([]):
             return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
-        if not self._sync(tokens):
+        at = self._sync(tokens)
+        if at is None:
             self.rounds_without_state += 1
             return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
         last = len(seq) - 2
-        drafts, _ = self.head.draft(self.cache, self.features[last], seq[-1], budget.k, budget.may_draft,
-                                    budget.keeps)
+        # one forward over the rows the cache lacks and the draft's own first row (each row t
+        # fused from f_t and seq[t + 1]); rows beyond the last round's own are catch-up, not a
+        # draft step's cost: its time over an ordinary first forward's
+        rows = last + 1 - at
+        t0 = time.perf_counter()
+        f = self.head.extend(self.cache, self.features[at : last + 1], seq[at + 1 : last + 2])[-1:]  # [1, H]
+        ms = (time.perf_counter() - t0) * 1e3
+        self.catch_up_ms = 0.0
+        if rows > self.round_rows:  # before any ordinary round was timed: the rows' share
+            self.catch_up_ms = (max(0.0, ms - self.first_ms) if self.first_ms
+                                else ms * (rows - self.round_rows) / rows)
+        else:
+            self.first_ms = ms if not self.first_ms else 0.9 * self.first_ms + 0.1 * ms
+        drafts, _ = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps)
         self.cache_tokens[: len(seq)] = tokens
         self.round_rows = len(drafts) + 1
         # [k], one-hot proposals
