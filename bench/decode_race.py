@@ -131,8 +131,12 @@ def main() -> int:
             if llama is not None:
                 llama.infill(t["prefix"], t["suffix"], 0, cache_prompt=True)
             row = {"id": t["id"]}
-            for j, mode in enumerate(modes if i % 2 == 0 else modes[::-1]):
-                for n in ((args.short, args.long) if j % 2 == 0 else (args.long, args.short)):
+            for mode in modes if i % 2 == 0 else modes[::-1]:
+                # each mode's short and long requests swap order from task to task (by the mode's
+                # own place: by its place in this task's order, an odd number of modes would keep
+                # one order for ever, and a cost the first request pays would bias every slope)
+                first = (i + modes.index(mode)) % 2 == 0
+                for n in ((args.short, args.long) if first else (args.long, args.short)):
                     if mode == "llama":
                         r = llama.infill(t["prefix"], t["suffix"], n, cache_prompt=True)
                         ms, got, info = r.wall_ms, r.predicted_n, {"predicted_per_token_ms": r.decode_ms_per_token}

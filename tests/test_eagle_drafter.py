@@ -70,15 +70,37 @@ def test_the_heads_context_is_the_targets_features_in_order() -> None:
 
 
 @pytest.mark.slow
-def test_a_new_prompts_rows_are_catch_up_not_draft_cost() -> None:
-    """A round that first brings the head's cache over a new prompt reports that time apart
-    (K auto would otherwise price every draft step as a prefill); a round that only adds its
-    predecessor's tokens reports none."""
+def test_the_prompts_rows_come_with_its_prefill() -> None:
+    """The drafter's prefill brings the head over the prompt (the engine's prefill and ``warm``
+    call it), so no round, the first included, pays for the prompt's rows."""
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16)
+    drafter = EagleDrafter(target, _eagle(target))
+    prompt = list(range(3, 60))
+    target.reset()
+    target.forward(torch.tensor(prompt[:-1]))
+    drafter.prefill(prompt[:-1])
+    assert drafter.cache.length == len(prompt) - 2  # rows 0 .. len - 3; the first round adds its own
+    rounds = []
+    generate(target, prompt, Decoding(12), drafter, k=2, on_round=lambda r: rounds.append(drafter.catch_up_ms))
+    assert rounds and all(ms == 0.0 for ms in rounds)
+
+
+@pytest.mark.slow
+def test_rows_a_round_catches_up_on_are_not_draft_cost() -> None:
+    """Where the prefill did not bring the head over the prompt (here: the target's alone), the
+    first round does, and reports that time apart (K auto would otherwise price every draft step
+    as a prefill); a round that only adds its predecessor's tokens reports none."""
     target = tiny_decoder(seed=0, dtype=torch.bfloat16)
     drafter = EagleDrafter(target, _eagle(target))
     rounds = []
+
+    def target_only(prompt: list[int], with_draft: bool) -> int:
+        target.reset()
+        target.forward(torch.tensor(prompt[:-1]))
+        return 0
+
     generate(target, list(range(3, 60)), Decoding(12), drafter, k=2,
-                      on_round=lambda r: rounds.append(drafter.catch_up_ms))
+             on_round=lambda r: rounds.append(drafter.catch_up_ms), prefill=target_only)
     assert rounds[0] > 0  # 55 prompt rows in the first round
     assert all(ms == 0.0 for ms in rounds[1:])  # later rounds add at most their predecessor's drafts + 1
 

@@ -71,13 +71,23 @@ class EagleDrafter:
         self.feature_len = end
 
     def prefill(self, context: list[int]) -> int:
-        return 0  # the head's rows are brought up to date when a round needs them
+        """Bring the head's cache over the prompt (``context``: all its tokens but the last; the
+        target's prefill has handed their features over), so the first round's forward holds
+        its own row only: the prompt's rows are the prompt's cost, paid with its prefill (and by
+        ``warm``), not by the first suggestion. Features a prefix-cache restore skipped are
+        missing: then nothing is done now, and a round brings the rows as far as it can."""
+        seq = torch.tensor(context, dtype=torch.long)
+        last = len(context) - 1  # the first round drafts from this position's feature
+        at = self._sync(seq, last) if last >= 1 else None
+        if at is not None and at < last:
+            self.head.extend(self.cache, self.features[at:last], context[at + 1 : last + 1])
+            self.cache_tokens[: len(context)] = seq
+        return 0
 
-    def _sync(self, seq: torch.Tensor) -> int | None:
+    def _sync(self, seq: torch.Tensor, last: int) -> int | None:
         """Roll the head's cache back to the rows still valid under ``seq`` and return the first
-        row it lacks (rows up to ``len(seq) - 2``, the draft's own first row, are to come); None
-        when the target's features do not cover them."""
-        last = seq.numel() - 2  # the position drafting starts from
+        row it lacks (rows up to ``last``, the draft's own first row, are to come); None when the
+        target's features do not cover them."""
         if last < self.feature_base or self.feature_len < last + 1 or not torch.equal(
                 self.feature_tokens[self.feature_base : last + 1], seq[self.feature_base : last + 1]):
             return None
@@ -95,11 +105,11 @@ class EagleDrafter:
         tokens = torch.tensor(seq, dtype=torch.long)
         if len(seq) < 2 or not budget.may_draft([]):
             return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
-        at = self._sync(tokens)
+        last = len(seq) - 2  # the position drafting starts from
+        at = self._sync(tokens, last)
         if at is None:
             self.rounds_without_state += 1
             return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
-        last = len(seq) - 2
         # one forward over the rows the cache lacks and the draft's own first row (each row t
         # fused from f_t and seq[t + 1]); rows beyond the last round's own are catch-up, not a
         # draft step's cost: its time over an ordinary first forward's

@@ -320,6 +320,8 @@ class Engine:
         if with_draft and self._draft_cached is not None:
             prefill(self._draft_cached, "draft", torch.tensor(prompt[:-1], dtype=torch.long), self._prefix,
                     chunk, between_chunks)
+        if with_draft and self._chain is not None:  # a drafter's own state (an EAGLE head's rows)
+            self._chain.prefill(prompt[:-1])
         return done.reused
 
     @property
