@@ -42,7 +42,7 @@ from specd.models.errors import ModelError
 # it was trained)
 SHIPPED = Path(__file__).parent / "data" / "heads"
 SHIPPED_SHA256: dict[str, str] = {
-    "qwen2.5-coder-1.5b": "982602e2064da21a530c9e705258b38deee7d5bb1c92542e90c1e4ec937efa7f",
+    "qwen2.5-coder-1.5b": "109bdc0a04ba2d53a83dea206a93ecbcfda7706a9159fd41a814bcc8b3110de8",
 }
 FORMAT = "specd-medusa-1"
 RECURRENT_FORMAT = "specd-recurrent-2"  # 2: inputs scaled to unit RMS
