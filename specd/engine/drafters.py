@@ -40,6 +40,22 @@ class Chain:
         return int(self.tokens.numel())
 
 
+class OrdinaryForward:
+    """A drafter's running mean of an ordinary forward's time (0: none timed yet), and the
+    catch-up a larger forward carries: its time beyond that mean (see ``Chain.catch_up_ms``)."""
+
+    def __init__(self) -> None:
+        self.ms = 0.0
+
+    def observe(self, ms: float) -> None:
+        """An ordinary forward took ``ms``."""
+        self.ms = ms if not self.ms else 0.9 * self.ms + 0.1 * ms
+
+    def catch_up(self, ms: float, untimed: float = 0.0) -> float:
+        """The catch-up in a larger forward that took ``ms``; ``untimed`` before any ordinary one."""
+        return max(0.0, ms - self.ms) if self.ms else untimed
+
+
 @dataclass(frozen=True)
 class Tree:
     """A token tree: ``parents[j]`` is node ``j``'s parent (``-1``: the last emitted token); the
@@ -98,7 +114,7 @@ class ModelDrafter:
         self.model = model
         self.branch = branch
         self.branch_below = branch_below
-        self.step_ms = 0.0  # running mean of an ordinary step (0: none timed yet)
+        self.step = OrdinaryForward()  # an ordinary draft step's time
 
     @property
     def max_len(self) -> int:
@@ -130,9 +146,9 @@ class ModelDrafter:
             logits = restrict(model.forward(feed)[-1], params)
             ms = (time.perf_counter() - t0) * 1e3
             if feed.numel() > self.CATCH_UP_ROWS:
-                catch_up_ms = max(0.0, ms - self.step_ms) if self.step_ms else 0.0
+                catch_up_ms = self.step.catch_up(ms)
             else:
-                self.step_ms = ms if not self.step_ms else 0.9 * self.step_ms + 0.1 * ms
+                self.step.observe(ms)
             # Stop (and branch) on the draft's confidence at this position (its top probability),
             # decided before sampling: a rule that looked at the sampled token itself would bias
             # which drafts get verified, and the output would no longer follow the target exactly.

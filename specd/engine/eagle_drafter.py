@@ -27,7 +27,7 @@ import time
 import torch
 
 from specd.engine.budget import HEADS, DraftBudget
-from specd.engine.drafters import Chain
+from specd.engine.drafters import Chain, OrdinaryForward
 from specd.engine.errors import UnsupportedDrafter
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
@@ -54,7 +54,7 @@ class EagleDrafter:
         self.cache_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence the head's rows were computed from
         self.rounds_without_state = 0
         self.round_rows = 1  # rows a round's own tokens add to the head's cache: the last round's drafts + 1
-        self.first_ms = 0.0  # running mean of an ordinary round's first forward (0: none timed yet)
+        self.first = OrdinaryForward()  # an ordinary round's first forward's time
         self.catch_up_ms = 0.0  # the last round's time on rows beyond its own (a new prompt's): not a draft's cost
 
     @property
@@ -119,10 +119,9 @@ class EagleDrafter:
         ms = (time.perf_counter() - t0) * 1e3
         self.catch_up_ms = 0.0
         if rows > self.round_rows:  # before any ordinary round was timed: the rows' share
-            self.catch_up_ms = (max(0.0, ms - self.first_ms) if self.first_ms
-                                else ms * (rows - self.round_rows) / rows)
+            self.catch_up_ms = self.first.catch_up(ms, ms * (rows - self.round_rows) / rows)
         else:
-            self.first_ms = ms if not self.first_ms else 0.9 * self.first_ms + 0.1 * ms
+            self.first.observe(ms)
         drafts, _ = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps)
         self.cache_tokens[: len(seq)] = tokens
         self.round_rows = len(drafts) + 1
