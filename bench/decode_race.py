@@ -22,6 +22,8 @@ Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llam
 and with ``--heads FILE`` one more mode per ``--heads-drafter`` (default ``heads+ngram``; a comma
 list, e.g. ``heads+ngram,auto``), named after it: a daemon each, ``--drafter D --heads FILE``, K auto
 (all daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
+Several heads files race as ``--heads NAME=FILE`` given once each, their modes named ``D@NAME``
+(a head fine-tuned on a repository beside the shipped one, say).
 Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
 
@@ -96,8 +98,9 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--out", type=Path, default=None, help="JSON of every raw measurement")
-    ap.add_argument("--heads", type=Path, default=None,
-                    help="a draft heads file: adds a mode per --heads-drafter, a daemon drafting with it")
+    ap.add_argument("--heads", action="append", default=[],
+                    help="a draft heads file (FILE, or NAME=FILE, given once per file): adds a mode per "
+                         "--heads-drafter, a daemon drafting with it")
     ap.add_argument("--heads-drafter", default="heads+ngram",
                     help="comma list of those daemons' --drafter: heads (the heads alone), heads+ngram (prompt "
                          "lookup first, as the default daemon has in front of its draft model), auto (lookup, "
@@ -105,19 +108,22 @@ def main() -> int:
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
-    head_modes = [d for d in args.heads_drafter.split(",") if d] if args.heads is not None else []
-    unknown = [d for d in head_modes if d not in HEAD_DRAFTERS]
+    drafters = [d for d in args.heads_drafter.split(",") if d]
+    unknown = [d for d in drafters if d not in HEAD_DRAFTERS]
     if unknown:
         raise SystemExit(f"--heads-drafter: not a drafter that reads heads: {', '.join(unknown)}")
-    modes += [d for d in head_modes if d not in modes]
+    files = [h.split("=", 1) if "=" in h else ["", h] for h in args.heads]
+    if len(files) > 1 and not all(name for name, _ in files):
+        raise SystemExit("--heads: name each file (NAME=FILE) when racing several")
+    head_modes = {(f"{d}@{name}" if name else d): (d, path) for name, path in files for d in drafters}
+    modes += [m for m in head_modes if m not in modes]
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
     daemons = {"spec": specd, "target": specd}
-    for d in head_modes:
-        daemons[d] = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", d, "--heads",
-                            str(args.heads)])
+    for m, (d, path) in head_modes.items():
+        daemons[m] = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", d, "--heads", path])
     extra = [daemons[d] for d in head_modes]
     bins = find_binaries()
     if "llama" in modes and bins is None:

@@ -10,6 +10,12 @@ Sources, named here and nowhere else, split by package so the two never share a 
   test (to report on): the installed ``rich``, ``click``, ``jinja2`` and ``pygments`` packages.
 Deterministic for a seed and the installed files.
 
+With ``--repo PATH`` the tasks come from a repository's held-out Python files instead (those
+``specd heads train --repo PATH`` never trains on, ``specd.heads.repo``), ``--split`` naming them:
+how a head fine-tuned on the repository drafts on its code.
+
+    python bench/race_tasks.py --repo ~/src/project --split repo --count 24 --out /tmp/race-repo.jsonl
+
     python bench/race_tasks.py --split test --count 16 --out /tmp/race-test.jsonl
 
 Sessions 17-21 raced ordinary code only: ``--count 150 --seed 47 --drop
@@ -52,9 +58,19 @@ def cursor_lines(text: str) -> list[int]:
     return out
 
 
-def build(split: str, count: int, seed: int) -> list[dict]:
+def held_out_files(root: Path) -> list[Path]:
+    """The Python files of the repository at ``root`` that repository fine-tuning holds out."""
+    from specd.heads import repo
+
+    return sorted(f.path for f in repo.files(root).get("python", []) if f.validation)
+
+
+def build(split: str, count: int, seed: int, root: Path | None = None) -> list[dict]:
     rng = random.Random(seed)
-    files = sorted(f for kind, name in SOURCES[split] for f in package_dir(kind, name).rglob("*.py"))
+    if root is not None:
+        files = held_out_files(root)
+    else:
+        files = sorted(f for kind, name in SOURCES[split] for f in package_dir(kind, name).rglob("*.py"))
     rng.shuffle(files)
     tasks = []
     for f in files:  # one task per file, as an editor opens one file at a time
@@ -67,7 +83,8 @@ def build(split: str, count: int, seed: int) -> list[dict]:
         indent = len(text[at:end]) - len(text[at:end].lstrip())
         # the cursor after the line's indentation, as an editor leaves it on a new line
         cur = at + indent
-        package = next(name for kind, name in SOURCES[split] if f.is_relative_to(package_dir(kind, name)))
+        package = (root.name if root is not None else
+                   next(name for kind, name in SOURCES[split] if f.is_relative_to(package_dir(kind, name))))
         # the fields of specd.bench.tasks.Task too, so `specd bench --tasks-file` reads this file
         tasks.append({"id": f"{split}-{f.parent.name}-{f.stem}-{len(tasks)}", "split": split,
                       "file": str(f), "prefix": text[cur - PREFIX_CHARS : cur],
@@ -82,14 +99,17 @@ def build(split: str, count: int, seed: int) -> list[dict]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--split", choices=sorted(SOURCES), required=True)
+    ap.add_argument("--split", required=True, help=f"{' or '.join(sorted(SOURCES))}; with --repo, a name for its tasks")
+    ap.add_argument("--repo", type=Path, help="tasks from this repository's held-out Python files")
     ap.add_argument("--count", type=int, default=16)
     ap.add_argument("--seed", type=int, default=24)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--drop", default="", help="comma list: leave out the tasks whose id holds any of these words")
     ap.add_argument("--keep", type=int, default=0, help="then keep the first N (0: all)")
     args = ap.parse_args()
-    tasks = build(args.split, args.count, args.seed)
+    if args.repo is None and args.split not in SOURCES:
+        raise SystemExit(f"--split: one of {', '.join(sorted(SOURCES))} (or pass --repo)")
+    tasks = build(args.split, args.count, args.seed, args.repo.expanduser().resolve() if args.repo else None)
     words = [w for w in args.drop.split(",") if w]
     tasks = [t for t in tasks if not any(w in t["id"] for w in words)]
     tasks = tasks[: args.keep] if args.keep else tasks

@@ -26,9 +26,12 @@ def register(subparsers: Any) -> None:
     d.add_argument("--tokens", type=int, default=250_000, help="corpus tokens to store in all (default: %(default)s)")
     d.add_argument("--out", type=Path, help="data directory (default: ~/.cache/specd/heads/TARGET/data, "
                                             "data-fim for --layout fim)")
-    d.add_argument("--layout", choices=("plain", "fim"), default="plain",
+    d.add_argument("--layout", choices=("plain", "fim"), default=None,
                    help="plain: corpus windows as they are; fim: the daemon's FIM prompt around a cursor in each "
-                        "window (one per file), then the target's own greedy continuation (default: %(default)s)")
+                        "window (one per file; up to 8 a file with --repo), then the target's own greedy "
+                        "continuation (default: plain; fim with --repo)")
+    d.add_argument("--repo", type=Path, help="a repository of your own instead of the corpus: its source files "
+                                             "(git's tracked ones where it is a git work tree), 10%% held out")
     d.set_defaults(func=cmd_data)
     t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
     t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
@@ -40,31 +43,68 @@ def register(subparsers: Any) -> None:
                    help="eagle: one decoder layer over the target's features (EAGLE-1); recurrent: one MLP step per "
                         "draft, fed the draft before it (EAGLE's inputs and losses); medusa: K independent heads "
                         "(default: %(default)s)")
+    t.add_argument("--repo", type=Path,
+                   help="fine-tune the EAGLE head on a repository of your own: store its data (resumes; made again "
+                        "when the files changed), start from the target's shipped head (or --init), keep the "
+                        "parameters that draft best on the repository's held-out files, and write "
+                        "~/.cache/specd/heads/TARGET/repos/NAME/eagle.safetensors for specd serve --heads")
+    t.add_argument("--tokens", type=int, default=300_000,
+                   help="--repo: repository tokens to store at most (default: %(default)s)")
     t.add_argument("--out", type=Path, help="heads file (default: ~/.cache/specd/heads/TARGET/KIND.safetensors)")
     t.add_argument("--heads", type=int, default=4, help="medusa: heads; recurrent: draft positions the held-out "
                                                         "figures follow")
     t.add_argument("--width", type=int, default=None, help="eagle, recurrent: the MLP's width (default: 3072, 2048)")
     t.add_argument("--windows", type=int, default=4, help="eagle: windows a training step")
     t.add_argument("--vocab", type=int, default=8192, help="sub-vocabulary rows of the shared head")
-    t.add_argument("--steps", type=int, default=1500)
+    t.add_argument("--steps", type=int, default=None, help="default: 1500; 300 with --repo")
     t.add_argument("--batch", type=int, default=512)
-    t.add_argument("--lr", type=float, default=1e-3)
+    t.add_argument("--lr", type=float, default=None, help="default: 1e-3; 2e-4 with --repo")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--eval-every", type=int, default=250)
+    t.add_argument("--eval-every", type=int, default=None, help="default: 250; 50 with --repo")
     t.set_defaults(func=cmd_train)
 
 
-def cmd_data(args: argparse.Namespace) -> int:
+def _repo_dir(target: str, root: Path) -> Path:
+    from specd.heads import repo
+
+    return _default_dir(target) / "repos" / repo.name_of(root)
+
+
+def _make_data(target: str, out: Path | None, layout: str | None, root: Path | None, tokens: int) -> tuple[Path, dict]:
+    """Store the data (``specd.heads.data``) for the corpus or the repository at ``root``; returns
+    (its directory, its manifest). A repository's data whose files changed since is made again."""
     # imported here: the models load only for the commands that run them
-    from specd.heads import data
+    from specd.heads import data, repo
     from specd.models.loader import load_model
 
-    fim = args.layout == "fim"
-    out = args.out or _default_dir(args.target) / ("data-fim" if fim else "data")
-    settings = data.DataSettings(args.target, layout=args.layout, windows_per_file=1 if fim else 4)
-    model = load_model(args.target, quant="auto", max_len=settings.window)
-    manifest = data.make(model.model, model.tokenizer, out, settings, args.tokens,
-                         report=lambda line: print(line, file=sys.stderr, flush=True))
+    report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    layout = layout or ("fim" if root is not None else "plain")
+    fim = layout == "fim"
+    per_file = (repo.WINDOWS_PER_FILE if root is not None else 1) if fim else 4
+    if root is None:
+        out = out or _default_dir(target) / ("data-fim" if fim else "data")
+        settings = data.DataSettings(target, layout=layout, windows_per_file=per_file)
+    else:
+        root = root.expanduser().resolve()
+        found = repo.files(root)  # RepoError before a model loads
+        out = out or _repo_dir(target, root) / f"data-{layout}"
+        settings = data.DataSettings(target, layout=layout, windows_per_file=per_file, repo=str(root))
+        if repo.refresh(out, found):
+            report(f"heads data: {root}'s files changed since its data was stored; storing it again")
+        report(f"heads data: {root}: " + ", ".join(f"{len(v)} {k} files" for k, v in sorted(found.items()))
+               + f", {sum(f.validation for v in found.values() for f in v)} of them held out")
+    model = load_model(target, quant="auto", max_len=settings.window)
+    manifest = data.make(model.model, model.tokenizer, out, settings, tokens, report=report)
+    return out, manifest
+
+
+def cmd_data(args: argparse.Namespace) -> int:
+    from specd.heads.repo import RepoError
+
+    try:
+        _, manifest = _make_data(args.target, args.out, args.layout, args.repo, args.tokens)
+    except RepoError as e:
+        raise SystemExit(f"specd heads data: {e}")
     print(json.dumps(manifest, indent=1))
     return 0
 
@@ -76,13 +116,36 @@ def cmd_train(args: argparse.Namespace) -> int:
     from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead, load as load_heads
     from specd.models.loader import resolve
 
+    from specd.heads.repo import RepoError
+    from specd.models.heads import shipped
+
     base = _default_dir(args.target)
-    directories = args.data or [base / "data"]
-    out = args.out or base / f"{args.kind}.safetensors"
-    torch.manual_seed(args.seed)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
+    tuning = args.repo is not None
     if args.init is not None and args.kind != "eagle":
         raise SystemExit("specd heads train: --init starts an EAGLE head only")
+    if tuning:
+        if args.kind != "eagle" or args.data:
+            raise SystemExit("specd heads train: --repo fine-tunes an EAGLE head on the repository's own data "
+                             "(no --kind other than eagle, no --data)")
+        if args.init is None:
+            args.init = shipped(Path(args.target).name)
+            if args.init is None:
+                raise SystemExit(f"specd heads train: no head is shipped for {args.target} to start from; "
+                                 "train one (specd heads data, specd heads train) and pass it as --init")
+        try:
+            data_dir, _ = _make_data(args.target, None, "fim", args.repo, args.tokens)
+        except RepoError as e:
+            raise SystemExit(f"specd heads train: {e}")
+        directories = [data_dir]
+        out = args.out or data_dir.parent / "eagle.safetensors"
+    else:
+        directories = args.data or [base / "data"]
+        out = args.out or base / f"{args.kind}.safetensors"
+    steps = args.steps or (300 if tuning else 1500)
+    lr = args.lr or (2e-4 if tuning else 1e-3)
+    eval_every = args.eval_every or (50 if tuning else 250)
+    torch.manual_seed(args.seed)
     train_split, val = train.load(directories, args.heads)
     source = resolve(args.target)
     if source.gguf is None:
@@ -105,8 +168,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         from specd.heads.train_eagle import EagleSettings, train_eagle
         from specd.models.eagle import EagleHead, EagleShape
 
-        settings = EagleSettings(width=args.width or 3072, vocab=args.vocab, steps=args.steps, windows=args.windows,
-                                 lr=args.lr, seed=args.seed, eval_every=args.eval_every, chain=args.heads)
+        settings = EagleSettings(width=args.width or 3072, vocab=args.vocab, steps=steps, windows=args.windows,
+                                 lr=lr, seed=args.seed, eval_every=eval_every, chain=args.heads, keep_best=tuning)
         if start is not None:
             if not isinstance(start, EagleHead):
                 raise SystemExit(f"specd heads train: {args.init} is not an EAGLE head")
@@ -117,16 +180,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         log = train_eagle(head, train_split, val, train.Embeddings(embed_rows, train_split, val), settings, report)
         size = settings.width
     elif args.kind == "recurrent":
-        settings = train.RecurrentSettings(width=args.width or 2048, vocab=args.vocab, steps=args.steps,
-                                           batch=args.batch, lr=args.lr, seed=args.seed,
-                                           eval_every=args.eval_every, chain=args.heads)
+        settings = train.RecurrentSettings(width=args.width or 2048, vocab=args.vocab, steps=steps,
+                                           batch=args.batch, lr=lr, seed=args.seed,
+                                           eval_every=eval_every, chain=args.heads)
         head = RecurrentHead(int(rows.shape[1]), settings.width, rows, ids, embed_rows)
         log = train.train_recurrent(head, train_split, val, train.Embeddings(embed_rows, train_split, val),
                                     settings, report)
         size = settings.width
     else:
-        settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=args.steps, batch=args.batch,
-                                       lr=args.lr, seed=args.seed, eval_every=args.eval_every)
+        settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=steps, batch=args.batch,
+                                       lr=lr, seed=args.seed, eval_every=eval_every)
         head = MedusaHeads(args.heads, rows, ids)
         log = train.train(head, train_split, val, settings, report)
         size = args.heads
@@ -137,12 +200,26 @@ def cmd_train(args: argparse.Namespace) -> int:
                      vocab=int(ids.numel()), trained_tokens=int(train_split.hidden.shape[0]),
                      notes=f"specd heads train --kind {args.kind} {json.dumps(settings.__dict__)}{init}; "
                            f"data {[m['settings'] for m in manifests]}")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    head.save(out, info)
     record = {"heads": str(out), "kind": args.kind, "info": info.__dict__,
               "sub_vocabulary_coverage": round(covered, 4), "data": manifest, "log": log}
-    out.with_suffix(".json").write_text(json.dumps(record, indent=1))
     print(json.dumps(log[-1]["held_out"], indent=1))
+    if tuning and log[-1]["step"] == 0:
+        out.with_suffix(".json").write_text(json.dumps(record | {"heads": None}, indent=1))
+        report(f"heads train: no step drafted better than {args.init} on {args.repo}'s held-out files; nothing "
+               f"written (the log: {out.with_suffix('.json')}). Keep that head, or try --steps or --lr.")
+        return 1
+    out.parent.mkdir(parents=True, exist_ok=True)
+    head.save(out, info)
+    out.with_suffix(".json").write_text(json.dumps(record, indent=1))
+    if tuning:
+        from specd.heads.train import expected_drafts
+
+        before, after = expected_drafts(log[0]["held_out"]), expected_drafts(log[-1]["held_out"])
+        report(f"heads train: wrote {out}: on {args.repo}'s held-out files a round's accepted drafts go from "
+               f"{before:.3f} to {after:.3f} (first draft {log[0]['held_out']['decoding']['chain'][0]:.3f} -> "
+               f"{log[-1]['held_out']['decoding']['chain'][0]:.3f}). Use it: specd serve --drafter heads+ngram "
+               f"--heads {out} (or specd lsp ... --heads {out})")
+        return 0
     report(f"heads train: wrote {out}. The held-out figures count positions where the corpus follows the "
            "target's greedy tokens, which overstates decoding (0.58 there, 0.47 in decoding, for session 19's "
            f"EAGLE head); decoding's own figure: python bench/heads_acceptance.py --heads {out}")

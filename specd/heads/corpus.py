@@ -40,9 +40,12 @@ class CorpusFile:
     language: str
     path: Path
     name: str  # stable across machines: the source and the path inside it
+    held_out: bool | None = None  # None: decided by the name's hash (VALIDATION_PERCENT)
 
     @property
     def validation(self) -> bool:
+        if self.held_out is not None:
+            return self.held_out
         return int(hashlib.sha256(self.name.encode()).hexdigest(), 16) % 100 < VALIDATION_PERCENT
 
 

@@ -54,6 +54,7 @@ class DataSettings:
     suffix_tokens: int = 32  # fim: the daemon's suffix window
     max_middle_skip: int = 24  # fim: corpus tokens between the cursor and the suffix, drawn from 0..this
     generate: int = 48  # fim: greedy tokens after the prompt
+    repo: str = ""  # a repository's absolute path (specd.heads.repo); empty: the corpus (specd.heads.corpus)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -76,9 +77,34 @@ class Item:
 
 
 def schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item]:
-    """Windows in a fixed order: the language furthest behind its share of ``corpus.WEIGHTS``
-    goes next, its files in the corpus's seeded order."""
-    files = corpus.files(settings.seed)
+    """Windows in a fixed order: the corpus's (``corpus_schedule``), or with ``settings.repo`` a
+    repository's (``repo_schedule``)."""
+    if settings.repo:
+        return repo_schedule(tokenizer, settings)
+    return corpus_schedule(tokenizer, settings)
+
+
+def repo_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item]:
+    """A repository's windows (``specd.heads.repo``), its files in a seeded order, window by window:
+    every file's first window, then every file's second, ..., so a run stopped short still covers
+    every file."""
+    from specd.heads import repo
+
+    found = repo.files(Path(settings.repo), settings.seed)
+    flat = sorted((f for lst in found.values() for f in lst), key=lambda f: f.name)
+    random.Random(f"{settings.seed}:repo").shuffle(flat)
+    ids = {f.name: tokenizer.encode(corpus.read(f) or "") for f in flat}
+    for w in range(settings.windows_per_file):
+        for f in flat:
+            piece = ids[f.name][w * settings.window : (w + 1) * settings.window]
+            if len(piece) >= settings.min_window:
+                yield Item(f.language, f, piece)
+
+
+def corpus_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item]:
+    """The corpus's windows: the language furthest behind its share of ``corpus.WEIGHTS`` goes
+    next, its files in the corpus's seeded order."""
+    files, weights = corpus.files(settings.seed), corpus.WEIGHTS
     cursor = {lang: 0 for lang in files}
     pending: dict[str, list[Item]] = {lang: [] for lang in files}
     done = {lang: 0 for lang in files}
@@ -86,7 +112,7 @@ def schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item]:
         live = [lang for lang in files if pending[lang] or cursor[lang] < len(files[lang])]
         if not live:
             return
-        lang = min(live, key=lambda la: (done[la] / corpus.WEIGHTS[la], la))
+        lang = min(live, key=lambda la: (done[la] / weights[la], la))
         while not pending[lang] and cursor[lang] < len(files[lang]):
             f = files[lang][cursor[lang]]
             cursor[lang] += 1

@@ -187,17 +187,43 @@ def _batch_ce(features: torch.Tensor, labels: torch.Tensor, rows: torch.Tensor) 
     return F.cross_entropy(logits.reshape(-1, cand.numel()), target.reshape(-1), ignore_index=-100)
 
 
+def expected_drafts(held_out: dict) -> float:
+    """Drafts a greedy chain gets accepted a round, by the held-out figures: the sum of ``chain``."""
+    return float(sum(held_out["decoding"]["chain"]))
+
+
 def _fit(params: list[torch.nn.Parameter], lr: float, weight_decay: float, steps: int, eval_every: int,
          batch_loss: Callable[[], torch.Tensor], figures: Callable[[bool], dict], what: str,
-         report: Callable[[str], None]) -> list[dict]:
-    """AdamW with 50 warm-up steps and a cosine decay over ``steps``; every ``eval_every`` steps
-    (and at the end) the held-out ``figures(final)`` are logged and reported. Returns the log."""
+         report: Callable[[str], None], keep_best: bool = False) -> list[dict]:
+    """AdamW with 50 warm-up steps (fewer when ``steps`` is short) and a cosine decay over
+    ``steps``; every ``eval_every`` steps (and at the end) the held-out ``figures(final)`` are
+    logged and reported. With ``keep_best`` (fine-tuning: ``figures`` must then look at the same
+    positions every time) the starting parameters are judged too (step 0) and the parameters end
+    as they were at the best judgement (``expected_drafts``); the log's last entry is that one,
+    marked ``"kept": true``. Returns the log."""
+    warm = min(50, max(1, steps // 10))
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 50) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     log: list[dict] = []
     t0 = time.perf_counter()
     running = 0.0
+    best: tuple[float, int, list[torch.Tensor]] | None = None
+
+    def judge(step: int, final: bool) -> None:
+        nonlocal best
+        held_out = figures(final)
+        entry = {"step": step, "loss": round(running, 4), "seconds": round(time.perf_counter() - t0, 1),
+                 "held_out": held_out}
+        log.append(entry)
+        d = held_out["decoding"]
+        report(f"step {step}: loss {running:.3f}, held-out {what} top-1 {d['head_top1']}, chain {d['chain']} "
+               f"({d['positions']} positions), {entry['seconds']:.0f} s")
+        if keep_best and (best is None or expected_drafts(held_out) > best[0]):
+            best = (expected_drafts(held_out), len(log) - 1, [p.detach().clone() for p in params])
+
+    if keep_best:
+        judge(0, False)
     for step in range(1, steps + 1):
         loss = batch_loss()
         opt.zero_grad(set_to_none=True)
@@ -207,13 +233,15 @@ def _fit(params: list[torch.nn.Parameter], lr: float, weight_decay: float, steps
         value = float(loss.detach())
         running = 0.98 * running + 0.02 * value if step > 1 else value
         if step % eval_every == 0 or step == steps:
-            held_out = figures(step == steps)
-            entry = {"step": step, "loss": round(running, 4), "seconds": round(time.perf_counter() - t0, 1),
-                     "held_out": held_out}
-            log.append(entry)
-            d = held_out["decoding"]
-            report(f"step {step}: loss {running:.3f}, held-out {what} top-1 {d['head_top1']}, chain {d['chain']} "
-                   f"({d['positions']} positions), {entry['seconds']:.0f} s")
+            judge(step, step == steps)
+    if keep_best and best is not None:
+        with torch.no_grad():
+            for p, saved in zip(params, best[2]):
+                p.copy_(saved)
+        kept = dict(log[best[1]], kept=True)
+        log.append(kept)
+        report(f"kept the parameters of step {kept['step']} (held-out drafts accepted a round "
+               f"{best[0]:.3f}; at step 0 {expected_drafts(log[0]['held_out']):.3f})")
     return log
 
 

@@ -38,6 +38,7 @@ class EagleSettings:
     eval_every: int = 100
     eval_windows: int = 12  # held-out windows looked at during training (all at the end)
     chain: int = 4  # draft positions the held-out figures follow
+    keep_best: bool = False  # fine-tuning: judge on every held-out window, end at the best judgement
 
 
 def _window(split: Split, w: int) -> tuple[int, int]:
@@ -82,8 +83,8 @@ def train_eagle(head: EagleHead, train_split: Split, val: Split, embed: Embeddin
     params = [p for p in head.parameters() if p.requires_grad]
     return _fit(params, settings.lr, settings.weight_decay, settings.steps, settings.eval_every, batch_loss,
                 lambda final: evaluate_eagle(head, val, embed, settings.chain,
-                                             windows=None if final else settings.eval_windows),
-                "draft", report)
+                                             windows=None if final or settings.keep_best else settings.eval_windows),
+                "draft", report, keep_best=settings.keep_best)
 
 
 @torch.no_grad()
