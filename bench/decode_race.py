@@ -24,7 +24,9 @@ list, e.g. ``heads+ngram,auto``), named after it: a daemon each, ``--drafter D -
 (all daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
 Several heads files race as ``--heads NAME=FILE`` given once each, their modes named ``D@NAME``
 (a head fine-tuned on a repository beside the shipped one, say).
-Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
+With ``--cold N`` each task is first answered cold (N new tokens, the prompt never seen) by every
+daemon and llama-server, alternating, timed: the editor's first request in a file, where what a
+drafter costs at prefill (the draft model's own prompt pass) shows. Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
 
     python bench/decode_race.py /tmp/race-test.jsonl --out bench/out/decode-race.json
@@ -105,6 +107,9 @@ def main() -> int:
                     help="comma list of those daemons' --drafter: heads (the heads alone), heads+ngram (prompt "
                          "lookup first, as the default daemon has in front of its draft model), auto (lookup, "
                          "then the draft model or the heads, chosen per round) (default: %(default)s)")
+    ap.add_argument("--cold", type=int, default=0,
+                    help="first answer each task cold with this many new tokens in every daemon (and "
+                         "llama-server), timed: what the editor's first request in a file waits (0: off)")
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -132,11 +137,20 @@ def main() -> int:
     raw: list[dict] = []
     try:
         for i, t in enumerate(tasks):
+            row: dict = {"id": t["id"]}
+            if args.cold:  # each daemon's first sight of the prompt, in an order that alternates
+                cold_modes = [m for m in modes if m != "target"]
+                for mode in cold_modes if i % 2 == 0 else cold_modes[::-1]:
+                    if mode == "llama":
+                        r = llama.infill(t["prefix"], t["suffix"], args.cold, cache_prompt=True)
+                        row[f"{mode}_cold"] = {"wall_ms": round(r.wall_ms, 2), "tokens": r.predicted_n}
+                    else:
+                        ms, got, _ = daemons[mode].complete(t, args.cold, "spec")
+                        row[f"{mode}_cold"] = {"wall_ms": round(ms, 2), "tokens": got}
             for daemon in (specd, *extra):
                 daemon.warm(t)
             if llama is not None:
                 llama.infill(t["prefix"], t["suffix"], 0, cache_prompt=True)
-            row = {"id": t["id"]}
             for mode in modes if i % 2 == 0 else modes[::-1]:
                 # each mode's short and long requests swap order from task to task (by the mode's
                 # own place: by its place in this task's order, an odd number of modes would keep
@@ -183,6 +197,10 @@ def main() -> int:
         summary["modes"][m] = {"ms_per_token_median": round(statistics.median(v), 2) if v else None,
                                "p10": round(percentile(v, 10), 2) if v else None, "p90": round(percentile(v, 90), 2) if v else None,
                                "overhead_ms_median": round(statistics.median(o), 1) if o else None}
+        cold = sorted(r[f"{m}_cold"]["wall_ms"] for r in raw if f"{m}_cold" in r)  # every task: no span needed
+        if cold:
+            summary["modes"][m] |= {"cold_ms_median": round(statistics.median(cold), 1),
+                                    "cold_p10": round(percentile(cold, 10), 1), "cold_p90": round(percentile(cold, 90), 1)}
     med = {m: summary["modes"][m]["ms_per_token_median"] for m in modes}
     if med.get("llama") and med.get("target"):
         summary["target / llama"] = round(med["target"] / med["llama"], 3)

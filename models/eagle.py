@@ -109,6 +109,15 @@ class EagleHead(torch.nn.Module):
         self.embed_rows = embed_rows
         self._infer: dict[str, torch.Tensor] | None = None
 
+    def with_vocabulary(self, head: torch.Tensor, ids: torch.Tensor) -> "EagleHead":
+        """This head's layer (its parameters copied) over another sub-vocabulary: ``head``
+        ``[V'', H]`` the target's output rows of ``ids`` ``[V'']``."""
+        out = EagleHead(self.shape, head, ids, self.embed_rows)
+        with torch.no_grad():
+            for name in PARAMS:
+                getattr(out, name).copy_(getattr(self, name))
+        return out
+
     # the layer, in pieces shared by training (whole windows) and drafting (one row at a time)
 
     def inputs(self, feature: torch.Tensor, embedding: torch.Tensor, p: dict[str, torch.Tensor]) -> torch.Tensor:

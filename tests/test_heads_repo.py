@@ -161,15 +161,35 @@ def test_specd_heads_train_repo_on_the_real_target(tmp_path: Path) -> None:
     record = json.loads(out.with_suffix(".json").read_text())
     steps = [e["step"] for e in record["log"]]
     assert steps[:3] == [0, 1, 2] and record["log"][-1]["kept"]
-    assert "3 python files" in done.stderr
+    assert "3 python files" in done.stderr and "added to" in done.stderr
+    gain = train.expected_drafts(record["log"][-1]["held_out"]) - train.expected_drafts(record["start"])
     if done.returncode == 0:
-        assert record["log"][-1]["step"] > 0 and "Use it: specd serve" in done.stderr
+        assert gain > 0 and "Use it: specd serve" in done.stderr
         from specd.models.loader import resolve
 
         gguf = resolve(DEFAULT_TARGET).gguf
         head = heads.load(out, heads.HeadRows(gguf), heads.HeadRows(gguf, embedding=True))
         shipped = heads.load(heads.shipped(DEFAULT_TARGET), heads.HeadRows(gguf), heads.HeadRows(gguf, embedding=True))
-        assert torch.equal(head.ids, shipped.ids)
-        assert not torch.equal(head.fc, shipped.fc)  # trained on
+        assert bool(torch.isin(shipped.ids, head.ids).all()) and head.ids.numel() > shipped.ids.numel()
+        assert torch.equal(head.ids, head.ids.sort().values)
     else:
-        assert record["log"][-1]["step"] == 0 and not out.exists() and "nothing written" in done.stderr
+        assert gain <= 0 and not out.exists() and "nothing written" in done.stderr
+
+
+def test_a_widened_sub_vocabulary_adds_the_datas_most_frequent_missing_tokens() -> None:
+    g = torch.Generator().manual_seed(3)
+    table, rows = torch.randn(V, 32, generator=g), torch.randn(V, 32, generator=g)
+    from specd.models.eagle import EagleHead, EagleShape
+
+    ids = torch.arange(0, V, 2)  # the even tokens
+    head = EagleHead(EagleShape(32, heads=4, kv_heads=2, head_dim=8, width=64), rows[ids], ids, lambda t: table[t])
+    labels = torch.tensor([1] * 5 + [3] * 9 + [5] * 2 + [2] * 20 + [-1]).reshape(-1, 1)  # odd ones missing
+    n = labels.shape[0]
+    split = train.Split(torch.zeros(n, 32).half(), labels, torch.ones(n, dtype=torch.bool), torch.full((n, 1), -1),
+                        torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=torch.long))
+    wider = train.widen_vocabulary(ids, split, 2)
+    assert wider.tolist() == sorted(ids.tolist() + [1, 3])  # the two most frequent missing ones, sorted
+    widened = head.with_vocabulary(rows[wider], wider)
+    assert torch.equal(widened.ids, wider) and torch.equal(widened.head, rows[wider])
+    for name, t in head.params().items():
+        assert torch.equal(widened.params()[name], t), name

@@ -56,6 +56,9 @@ def register(subparsers: Any) -> None:
     t.add_argument("--width", type=int, default=None, help="eagle, recurrent: the MLP's width (default: 3072, 2048)")
     t.add_argument("--windows", type=int, default=4, help="eagle: windows a training step")
     t.add_argument("--vocab", type=int, default=8192, help="sub-vocabulary rows of the shared head")
+    t.add_argument("--extra-vocab", type=int, default=None,
+                   help="eagle with --init or --repo: add the N tokens the target most often predicts on the data "
+                        "that the head's sub-vocabulary lacks (default: 1024 with --repo, else 0)")
     t.add_argument("--steps", type=int, default=None, help="default: 1500; 300 with --repo")
     t.add_argument("--batch", type=int, default=512)
     t.add_argument("--lr", type=float, default=None, help="default: 1e-3; 2e-4 with --repo")
@@ -113,6 +116,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from specd.heads import train
+    from specd.models.eagle import EagleHead, EagleShape
     from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead, load as load_heads
     from specd.models.loader import resolve
 
@@ -153,9 +157,22 @@ def cmd_train(args: argparse.Namespace) -> int:
                          f"{args.target} is not a GGUF model")
     embed_rows = HeadRows(source.gguf, embedding=True)
     start = None
+    baseline: dict | None = None
     if args.init is not None:
         start = load_heads(args.init, HeadRows(source.gguf), embed_rows)
         ids = start.ids
+        extra = args.extra_vocab if args.extra_vocab is not None else (1024 if tuning else 0)
+        if tuning and isinstance(start, EagleHead):  # what the head it starts from drafts, as it is
+            from specd.heads.train_eagle import evaluate_eagle
+
+            baseline = evaluate_eagle(start, val, train.Embeddings(embed_rows, train_split, val), args.heads)
+            report(f"heads train: {args.init} as it is: held-out draft chain {baseline['decoding']['chain']}")
+        if extra and isinstance(start, EagleHead):
+            was = float(torch.isin(train_split.labels[:, 0], ids).float().mean())
+            ids = train.widen_vocabulary(ids, train_split, extra)
+            report(f"heads train: {ids.numel() - start.ids.numel()} tokens added to {args.init}'s "
+                   f"sub-vocabulary, which covered {was:.1%} of the target's greedy tokens on the data")
+            start = start.with_vocabulary(HeadRows(source.gguf)(ids), ids)
         covered = float(torch.isin(train_split.labels[:, 0], ids).float().mean())
     else:
         ids, covered = train.sub_vocabulary(train_split, args.vocab)
@@ -166,7 +183,6 @@ def cmd_train(args: argparse.Namespace) -> int:
     settings: object
     if args.kind == "eagle":
         from specd.heads.train_eagle import EagleSettings, train_eagle
-        from specd.models.eagle import EagleHead, EagleShape
 
         settings = EagleSettings(width=args.width or 3072, vocab=args.vocab, steps=steps, windows=args.windows,
                                  lr=lr, seed=args.seed, eval_every=eval_every, chain=args.heads, keep_best=tuning)
@@ -201,9 +217,11 @@ def cmd_train(args: argparse.Namespace) -> int:
                      notes=f"specd heads train --kind {args.kind} {json.dumps(settings.__dict__)}{init}; "
                            f"data {[m['settings'] for m in manifests]}")
     record = {"heads": str(out), "kind": args.kind, "info": info.__dict__,
-              "sub_vocabulary_coverage": round(covered, 4), "data": manifest, "log": log}
+              "sub_vocabulary_coverage": round(covered, 4), "data": manifest, "start": baseline, "log": log}
     print(json.dumps(log[-1]["held_out"], indent=1))
-    if tuning and log[-1]["step"] == 0:
+    from specd.heads.train import expected_drafts
+
+    if tuning and baseline is not None and expected_drafts(log[-1]["held_out"]) <= expected_drafts(baseline):
         out.with_suffix(".json").write_text(json.dumps(record | {"heads": None}, indent=1))
         report(f"heads train: no step drafted better than {args.init} on {args.repo}'s held-out files; nothing "
                f"written (the log: {out.with_suffix('.json')}). Keep that head, or try --steps or --lr.")
@@ -211,12 +229,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     head.save(out, info)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1))
-    if tuning:
-        from specd.heads.train import expected_drafts
-
-        before, after = expected_drafts(log[0]["held_out"]), expected_drafts(log[-1]["held_out"])
+    if tuning and baseline is not None:
+        before, after = expected_drafts(baseline), expected_drafts(log[-1]["held_out"])
         report(f"heads train: wrote {out}: on {args.repo}'s held-out files a round's accepted drafts go from "
-               f"{before:.3f} to {after:.3f} (first draft {log[0]['held_out']['decoding']['chain'][0]:.3f} -> "
+               f"{before:.3f} to {after:.3f} (first draft {baseline['decoding']['chain'][0]:.3f} -> "
                f"{log[-1]['held_out']['decoding']['chain'][0]:.3f}). Use it: specd serve --drafter heads+ngram "
                f"--heads {out} (or specd lsp ... --heads {out})")
         return 0

@@ -122,6 +122,15 @@ def sub_vocabulary(train: Split, size: int) -> tuple[torch.Tensor, float]:
     return torch.tensor(sorted(top), dtype=torch.long), covered
 
 
+def widen_vocabulary(ids: torch.Tensor, train: Split, extra: int) -> torch.Tensor:
+    """``ids`` (a head's sub-vocabulary) and the ``extra`` tokens the target most often predicts on
+    ``train`` that it lacks (a repository's own names: ``Ġscrapy``, ``Spider``), sorted."""
+    labels = train.labels[:, 0]
+    outside = labels[(labels >= 0) & ~torch.isin(labels, ids)]
+    top = [t for t, _ in Counter(outside.tolist()).most_common(extra)]
+    return torch.cat([ids, torch.tensor(top, dtype=torch.long)]).sort().values
+
+
 def _reduced(labels: torch.Tensor, ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
     """Labels as sub-vocabulary indices (-100, ignored, for tokens outside it or past the end)."""
     where = torch.full((vocab_size,), -100, dtype=torch.long)
