@@ -18,7 +18,7 @@ too few tokens to time). specd's continuation cache (a repeated
 greedy prompt gets its last answer as free drafts) is defeated before every timed speculative
 request by an untimed one-token request with another suffix, so speculation earns its tokens.
 
-Modes: ``spec`` (specd, K auto), ``target`` (specd target only), ``llama`` (llama-server target),
+Modes: ``spec`` (specd, its default drafter or the one ``-- --drafter D`` names, K auto), ``target`` (specd target only), ``llama`` (llama-server target),
 and with ``--heads FILE`` one more mode per ``--heads-drafter`` (default ``heads+ngram``; a comma
 list, e.g. ``heads+ngram,auto``), named after it: a daemon each, ``--drafter D --heads FILE``, K auto
 (all daemons stay up, requests alternating among all modes, so every drafter meets the same moment).

@@ -13,12 +13,13 @@ import hashlib
 import logging
 import os
 import platform
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from specd.engine.config import HEAD_DRAFTERS, MODEL_DRAFTERS, EngineConfig
+from specd.engine.config import HEAD_DRAFTERS, MODEL_DRAFTERS, EngineConfig, resolve_drafter
 from specd.engine.engine import Engine
 from specd.engine.policy import CostModel, convex_curve, costs_hold, measure_costs
 from specd.engine.head_drafter import DraftHeads
@@ -53,8 +54,28 @@ def load_draft(config: EngineConfig) -> LoadedModel:
                       row_attention=False)
 
 
+def heads_at_hand(config: EngineConfig) -> bool:
+    """Whether draft heads can draft for ``config``'s target as it runs: a heads file (``--heads``,
+    or shipped for the target), a GGUF target (the heads read its output rows) on a runtime that
+    hands over hidden states (not ONNX Runtime), on the CPU (where the heads were measured)."""
+    if config.device != "cpu" or config.target_backend == "ort":
+        return False
+    if not config.heads and heads.shipped(config.target) is None:
+        return False
+    try:
+        return resolve(config.target).gguf is not None
+    except ModelError:
+        return False
+
+
+def resolved(config: EngineConfig) -> EngineConfig:
+    """``config`` with ``--drafter default`` resolved (``resolve_drafter``)."""
+    return replace(config, drafter=resolve_drafter(config.drafter, config.drafter == "default" and heads_at_hand(config)))
+
+
 def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
     """Load the configured pair and hand back a ready engine (costs measured or read for K auto)."""
+    config = resolved(config)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     check_memory(config)
@@ -102,6 +123,7 @@ def load_heads(config: EngineConfig) -> DraftHeads:
 
 def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
     """(role, estimated footprint) of each model ``config`` loads, read from disk before loading."""
+    config = resolved(config)
     built = kernels.available()
     out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
                                 built and config.target_backend != "ort"))]

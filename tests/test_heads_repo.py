@@ -4,6 +4,7 @@ data made from them, keeping the best parameters, and the command on the real ta
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -146,7 +147,8 @@ def test_specd_heads_train_repo_on_the_real_target(tmp_path: Path) -> None:
     from specd.models import heads
 
     root = tmp_path / "project"
-    _write(root, {f"m{i}.py": f"import os\n\n\ndef path_{i}(name):\n    return os.path.join('{i}', name)\n" * 6
+    _write(root, {f"m{i}.py": f"import scrapy\n\n\nclass Spider{i}(scrapy.Spider):\n    name = 'crawler{i}'\n\n"
+                              f"    def parse(self, response):\n        yield scrapy.Request(response.url)\n" * 4
                   for i in range(3)})
     out = tmp_path / "repo-head.safetensors"
     cmd = ["specd", "heads", "train", "--repo", str(root), "--tokens", "400", "--steps", "2", "--eval-every", "1",
@@ -170,7 +172,8 @@ def test_specd_heads_train_repo_on_the_real_target(tmp_path: Path) -> None:
         gguf = resolve(DEFAULT_TARGET).gguf
         head = heads.load(out, heads.HeadRows(gguf), heads.HeadRows(gguf, embedding=True))
         shipped = heads.load(heads.shipped(DEFAULT_TARGET), heads.HeadRows(gguf), heads.HeadRows(gguf, embedding=True))
-        assert bool(torch.isin(shipped.ids, head.ids).all()) and head.ids.numel() > shipped.ids.numel()
+        added = int(re.search(r"(\d+) tokens added to", done.stderr).group(1))
+        assert bool(torch.isin(shipped.ids, head.ids).all()) and head.ids.numel() == shipped.ids.numel() + added
         assert torch.equal(head.ids, head.ids.sort().values)
     else:
         assert gain <= 0 and not out.exists() and "nothing written" in done.stderr

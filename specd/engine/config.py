@@ -25,10 +25,19 @@ from specd.schema import nested, setting
 # them); the engine reads models through their runtime, so it names them and never imports the registry
 DEFAULT_TARGET = "qwen2.5-coder-1.5b"
 DEFAULT_DRAFT = "qwen2.5-coder-0.5b"
-DRAFTERS = ("model", "ngram", "both", "heads", "heads+ngram", "auto")
+DRAFTERS = ("default", "model", "ngram", "both", "heads", "heads+ngram", "auto")
 HEAD_DRAFTERS = ("heads", "heads+ngram", "auto")  # the drafters that read --heads
 MODEL_DRAFTERS = ("model", "both", "auto")  # the drafters that run the draft model (--draft)
 TREE = ("on", "off")
+
+
+def resolve_drafter(drafter: str, heads_at_hand: bool) -> str:
+    """``default``: prompt lookup with the draft heads (``heads+ngram``) where heads are at hand for
+    the target (``--heads``, or shipped with specd), else prompt lookup with the draft model
+    (``both``); any other drafter as it is."""
+    if drafter != "default":
+        return drafter
+    return "heads+ngram" if heads_at_hand else "both"
 # token healing (specd.engine.healing): which last token of the text before the cursor is taken
 # out and generated again, constrained to start with its text
 HEALING = ("off", "whitespace", "prefix")
@@ -96,11 +105,12 @@ class EngineConfig:
     # tokens fall outside it in Python, JavaScript and C; 32768 leaves 3-5 % out)
     draft_head_vocab: int = setting(65536, check=_not_negative,
                                     help="the draft scores only the N most frequent code tokens (0: full vocabulary)")
-    # both: prompt lookup where the context repeats (free drafts), the model elsewhere; on held-out
-    # editor-context tasks through the daemon 1.27-1.28x target-only per task against the model
-    # alone's 1.18-1.22x (bench/RESULTS.md, session 14)
-    drafter: str = setting("both", choices=DRAFTERS,
-                           help="draft source: the draft model, prompt lookup (n-gram), both (n-gram when it "
+    # default: heads+ngram where draft heads are at hand for the target (the shipped head of the
+    # default target), both elsewhere (bench/RESULTS.md, session 23: on the dev split the two decode
+    # alike and heads+ngram answers a cold prompt ~0.5 s sooner, with no draft model to load or prefill)
+    drafter: str = setting("default", choices=DRAFTERS,
+                           help="draft source: default (heads+ngram where draft heads are at hand for the target, "
+                                "else both), the draft model, prompt lookup (n-gram), both (n-gram when it "
                                 "finds a match, else the model), heads (draft heads on the target's own "
                                 "hidden state: --heads), heads+ngram (n-gram when it finds a match, else "
                                 "the heads), or auto (n-gram when it finds a match, else the draft model or "

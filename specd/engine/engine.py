@@ -9,6 +9,7 @@ optional draft and the tokenizer; it knows no socket and no editor. Contract: fo
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -42,7 +43,7 @@ from specd.models.tokenizer import Tokenizer
 # The settings and request types live in torch-free modules (the thin clients read them without
 # loading the engine); they are imported here for the engine's use and for callers that import them
 # from this module.
-from specd.engine.config import DRAFTERS, HEAD_DRAFTERS, TREE, EngineConfig
+from specd.engine.config import DRAFTERS, HEAD_DRAFTERS, TREE, EngineConfig, resolve_drafter
 from specd.engine.errors import VocabularyMismatch
 from specd.engine.vocabulary import shared_vocabulary
 from specd.requests import K_MAX, Cancelled, CompletionRequest, Preempted, RequestError
@@ -128,6 +129,7 @@ class Engine:
         # the draft's ids mean something else); every model's padding rows are cut off
         self._allowed = (shared_vocabulary(tokenizer, target.vocab_size, draft_tokenizer or tokenizer, draft.vocab_size)
                          if draft is not None else shared_vocabulary(tokenizer, target.vocab_size))
+        config = replace(config, drafter=resolve_drafter(config.drafter, heads is not None))
         self.target = target
         self.draft = draft
         self.tokenizer = tokenizer
