@@ -74,18 +74,20 @@ def resolved(config: EngineConfig) -> EngineConfig:
 
 
 def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
-    """Load the configured pair and hand back a ready engine (costs measured or read for K auto)."""
-    config = resolved(config)
+    """Load the configured pair and hand back a ready engine (costs measured or read for K auto).
+    The engine keeps ``config`` as given (``--drafter default`` included: what clients compare);
+    the heads are handed over exactly when ``default`` resolves to a head drafter here."""
+    runs = resolved(config)  # --drafter default resolved
     if config.threads > 0:
         torch.set_num_threads(config.threads)
-    check_memory(config)
+    check_memory(runs)
     target = load_target(config)
-    heads = load_heads(config) if config.drafter in HEAD_DRAFTERS else None
-    draft = load_draft(config) if config.draft and config.drafter in MODEL_DRAFTERS else None
+    heads = load_heads(config) if runs.drafter in HEAD_DRAFTERS else None
+    draft = load_draft(config) if config.draft and runs.drafter in MODEL_DRAFTERS else None
     draft_model = draft.model if draft else None
     costs = None
-    if config.k == "auto" and (draft_model is not None or config.drafter != "model"):
-        costs = step_costs(config, target.model, draft_model, heads)
+    if config.k == "auto" and (draft_model is not None or runs.drafter != "model"):
+        costs = step_costs(runs, target.model, draft_model, heads)
     return Engine(target.model, target.tokenizer, draft_model, draft.tokenizer if draft else None, config,
                   costs=costs, heads=heads)
 

@@ -10,6 +10,7 @@ import pytest
 
 from specd.daemon import protocol as rpc
 from specd.app import build_engine
+from specd.engine.config import DRAFTERS
 from specd.engine.engine import CompletionRequest, EngineConfig
 from tests.daemon_harness import (LONG_PREFIX, LONG_TOKENS, Daemon, first_delta, read_until_terminal,
                                   send, short_dir, tiny_pair, wait_for)
@@ -51,6 +52,8 @@ def test_health_and_stats(daemon) -> None:
     with daemon.client() as c:
         health = c.call("health")
         assert health["status"] == "ok" and health["engine"]["max_len"] == 4096
+        assert health["engine"]["drafter"] in DRAFTERS and health["backend"]["drafter"] in DRAFTERS
+        assert health["backend"]["drafter"] != "default"  # the one that runs
         c.call("complete", {"prefix": PREFIX, "max_tokens": 8})
         stats = c.call("stats")
     assert stats["requests"]["served"] >= 1 and stats["tokens"]["generated"] >= 8

@@ -24,7 +24,7 @@ def test_default_is_the_heads_where_they_are_at_hand_else_the_draft_model() -> N
 
 def test_an_engine_without_heads_runs_default_as_both() -> None:
     engine = tiny_engine(k=3, drafter="default")
-    assert engine.config.drafter == "both"
+    assert engine.drafter == "both" and engine.config.drafter == "default"  # as configured: what clients compare
     assert engine._draft_cached is not None  # the draft model follows the prompt
 
 
@@ -47,7 +47,7 @@ def test_the_default_target_drafts_with_its_shipped_head_by_default() -> None:
     assert config.target == DEFAULT_TARGET and resolved(config).drafter == "heads+ngram"
     assert [role for role, _ in footprints(config)] == ["target"]  # no draft model to load
     engine = build_engine(config)
-    assert engine.draft is None and engine.config.drafter == "heads+ngram"
+    assert engine.draft is None and engine.drafter == "heads+ngram" and engine.config.drafter == "default"
     for prefix, suffix in PROMPTS[:2]:
         spec = engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, max_tokens=24, temperature=0))
         engine.reset()  # no answer remembered from the first request

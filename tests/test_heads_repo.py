@@ -87,7 +87,7 @@ def test_repository_data_is_fim_windows_of_its_files_and_is_made_again_when_they
     settings = data.DataSettings("tiny", layout="fim", windows_per_file=repo.WINDOWS_PER_FILE, generate=4,
                                  shard_tokens=512, repo=str(root.resolve()))
     found = repo.files(root)
-    assert not repo.refresh(out, found)
+    assert not data.discard_if_changed(out, repo.fingerprint(found))
     manifest = data.make(target, tok, out, settings, max_tokens=10**6, report=lambda line: None)
     files = [name for path in data.shards(out) for name in torch.load(path)["files"]]
     long_enough = {f.name for lst in found.values() for f in lst
@@ -95,10 +95,10 @@ def test_repository_data_is_fim_windows_of_its_files_and_is_made_again_when_they
     assert long_enough and set(files) == long_enough  # every file, and nothing but the repository's
     assert max(files.count(n) for n in set(files)) > 1  # a long file gives several windows
     assert manifest["held_out_tokens"] > 0
-    assert not repo.refresh(out, repo.files(root))  # unchanged: the stored data stays
+    assert not data.discard_if_changed(out, repo.fingerprint(repo.files(root)))  # unchanged: the data stays
     assert data.shards(out)
     (root / "pkg" / "mod0.py").write_text("def changed():\n    pass\n" * 40)
-    assert repo.refresh(out, repo.files(root))
+    assert data.discard_if_changed(out, repo.fingerprint(repo.files(root)))
     assert not data.shards(out) and not (out / data.MANIFEST).exists()
 
 

@@ -92,7 +92,7 @@ def _make_data(target: str, out: Path | None, layout: str | None, root: Path | N
         found = repo.files(root)  # RepoError before a model loads
         out = out or _repo_dir(target, root) / f"data-{layout}"
         settings = data.DataSettings(target, layout=layout, windows_per_file=per_file, repo=str(root))
-        if repo.refresh(out, found):
+        if data.discard_if_changed(out, repo.fingerprint(found)):
             report(f"heads data: {root}'s files changed since its data was stored; storing it again")
         report(f"heads data: {root}: " + ", ".join(f"{len(v)} {k} files" for k, v in sorted(found.items()))
                + f", {sum(f.validation for v in found.values() for f in v)} of them held out")

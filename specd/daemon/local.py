@@ -35,8 +35,9 @@ class LocalBackend:
         """``step_costs``: the costs K auto chooses from now (``draft_ms``, ``verify_ms`` for n = 1,
         2, ... tokens: the measured curve as this daemon's own rounds have shifted it,
         ``specd.engine.policy.LiveCosts``), when K is auto and there is a drafter; with
-        ``--drafter auto`` also ``steps_ms``, each drafter's step by its source."""
-        out: dict[str, Any] = {"ok": True, "backend": "local"}
+        ``--drafter auto`` also ``steps_ms``, each drafter's step by its source. ``drafter``: the
+        one that runs (``--drafter default`` resolved)."""
+        out: dict[str, Any] = {"ok": True, "backend": "local", "drafter": self.engine.drafter}
         policy = self.engine.policy
         if policy is not None:
             cost = policy.cost

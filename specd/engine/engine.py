@@ -9,7 +9,6 @@ optional draft and the tokenizer; it knows no socket and no editor. Contract: fo
 from __future__ import annotations
 
 import threading
-from dataclasses import replace
 from typing import Callable
 
 import torch
@@ -129,7 +128,10 @@ class Engine:
         # the draft's ids mean something else); every model's padding rows are cut off
         self._allowed = (shared_vocabulary(tokenizer, target.vocab_size, draft_tokenizer or tokenizer, draft.vocab_size)
                          if draft is not None else shared_vocabulary(tokenizer, target.vocab_size))
-        config = replace(config, drafter=resolve_drafter(config.drafter, heads is not None))
+        # the drafter that runs: --drafter as configured (``self.config`` keeps it: what clients
+        # compare), ``default`` resolved by whether heads were handed over
+        drafter = resolve_drafter(config.drafter, heads is not None)
+        self.drafter = drafter
         self.target = target
         self.draft = draft
         self.tokenizer = tokenizer
@@ -143,11 +145,11 @@ class Engine:
             raise ValueError(f"tree must be 'on' or 'off' and tree_width >= 1, got {config.tree!r}, {config.tree_width}")
         # chain and token-tree drafters over the same draft model; config.tree picks the default,
         # a request may ask for the other
-        self._chain = make_drafter(config.drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
+        self._chain = make_drafter(drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
                                    target=target)
         # draft heads propose chains only, and an EAGLE drafter is the one that watches the target
-        self._tree = (self._chain if config.drafter in HEAD_DRAFTERS else
-                      make_drafter(config.drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
+        self._tree = (self._chain if drafter in HEAD_DRAFTERS else
+                      make_drafter(drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
                                    heads=heads, target=target))
         self._policy: StructureK | None = None
         if config.k == "auto" and self._chain is not None:
@@ -155,11 +157,11 @@ class Engine:
                 raise ValueError("k='auto' needs the measured step costs: build the engine with "
                                  "specd.app.build_engine, or pass costs")
             self._policy = StructureK(costs, make_classifier(tokenizer), min_prob=config.draft_min_prob,
-                                      drafters=step_drafters(config.drafter, costs))
+                                      drafters=step_drafters(drafter, costs))
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
         # the draft model's cache follows the prompt unless only n-gram lookup drafts
-        self._draft_cached = draft if draft is not None and config.drafter != "ngram" else None
+        self._draft_cached = draft if draft is not None and drafter != "ngram" else None
         self._prefix = make_prefix_cache(config, [m for m in (target, self._draft_cached) if m is not None])
 
     def complete(

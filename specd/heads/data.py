@@ -212,6 +212,25 @@ def shards(directory: Path) -> list[Path]:
     return sorted(directory.glob("shard-*.pt"))
 
 
+SOURCES = "sources.sha256"  # beside the shards: the fingerprint of the files they were made from
+
+
+def discard_if_changed(out: Path, fingerprint: str) -> bool:
+    """Make ``out`` hold data of sources whose fingerprint is ``fingerprint`` (a repository's
+    files as they are now: ``specd.heads.repo.fingerprint``): data made from other sources is
+    deleted, since a stored run resumes by counting windows, which only holds while the sources
+    stay as they were. Returns whether it was."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / SOURCES
+    stale = path.exists() and path.read_text().strip() != fingerprint
+    if stale:
+        for shard in shards(out):
+            shard.unlink()
+        (out / MANIFEST).unlink(missing_ok=True)
+    path.write_text(fingerprint + "\n")
+    return stale
+
+
 def make(model: CausalLM, tokenizer: Tokenizer, out: Path, settings: DataSettings, max_tokens: int,
          report: Callable[[str], None] = print) -> dict:
     """Score scheduled windows until ``max_tokens`` corpus tokens are stored in ``out``

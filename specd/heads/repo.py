@@ -122,8 +122,6 @@ def files(root: Path, seed: int = 0) -> dict[str, list[CorpusFile]]:
     return out
 
 
-FINGERPRINT = "repo-files.json"
-
 
 def fingerprint(found: dict[str, list[CorpusFile]]) -> str:
     """A hash of the repository's files as a run would read them (names, held-out marks, contents)."""
@@ -133,21 +131,3 @@ def fingerprint(found: dict[str, list[CorpusFile]]) -> str:
         h.update(hashlib.sha256(f.path.read_bytes()).digest())
     return h.hexdigest()
 
-
-def refresh(out: Path, found: dict[str, list[CorpusFile]]) -> bool:
-    """Make ``out`` (a data directory, ``specd.heads.data``) hold data of the files as they are now:
-    when it holds data made from other contents, that data is deleted (a stored run resumes by
-    counting windows, which only holds while the files stay as they were). Returns whether it was."""
-    out.mkdir(parents=True, exist_ok=True)
-    now = fingerprint(found)
-    path = out / FINGERPRINT
-    stale = False
-    if path.exists() and path.read_text().strip() != now:
-        from specd.heads import data
-
-        for shard in data.shards(out):
-            shard.unlink()
-        (out / data.MANIFEST).unlink(missing_ok=True)
-        stale = True
-    path.write_text(now + "\n")
-    return stale
