@@ -370,3 +370,19 @@ def test_the_engine_times_its_rounds_for_k_auto() -> None:
     live = engine.policy.live
     assert live.forwards > 0 and live.drafts > 0
     assert live.offset != 0.0  # a tiny model's real forwards are not the made-up curve's
+
+
+def test_a_convex_curve_is_a_fixed_point_of_the_fit() -> None:
+    """What convex_curve returns comes back unchanged, to the bit (a stored curve is fitted again
+    when read: the read must equal what was measured and stored)."""
+    import random
+
+    from specd.engine.policy import convex_curve
+
+    rng = random.Random(7)
+    for _ in range(200):
+        timed = tuple(rng.uniform(0.1, 100.0) for _ in range(9))
+        fitted = convex_curve(timed)
+        assert convex_curve(fitted) == fitted
+        steps = [b - a for a, b in zip(fitted, fitted[1:])]
+        assert all(s >= 0 for s in steps) and all(b >= a - 1e-9 * fitted[-1] for a, b in zip(steps, steps[1:]))

@@ -467,12 +467,17 @@ def convex_curve(verify: Sequence[float]) -> tuple[float, ...]:
     for v in verify[1:]:
         rising.append(max(float(v), rising[-1]))
     steps = [b - a for a, b in zip(rising, rising[1:])]
+    # increments that fall by no more than rounding are no violation: a curve this function made
+    # (its pooled increments, summed back, differ in the last bits) comes back unchanged
+    tol = 1e-9 * max(1.0, abs(rising[-1]))
     pools: list[list[float]] = []  # [mean increment, count], non-decreasing means
     for d in steps:
         pools.append([d, 1.0])
-        while len(pools) > 1 and pools[-2][0] > pools[-1][0]:
+        while len(pools) > 1 and pools[-2][0] > pools[-1][0] + tol:
             (m1, c1), (m2, c2) = pools[-2], pools.pop()
             pools[-1] = [(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]
+    if len(pools) == len(steps):  # already convex: the points as they are, not re-summed
+        return tuple(rising)
     out = [float(verify[0])]
     for mean, count in pools:
         for _ in range(int(count)):
