@@ -59,11 +59,11 @@ def register(subparsers: Any) -> None:
     t.add_argument("--extra-vocab", type=int, default=None,
                    help="eagle with --init or --repo: add the N tokens the target most often predicts on the data "
                         "that the head's sub-vocabulary lacks (default: 1024 with --repo, else 0)")
-    t.add_argument("--steps", type=int, default=None, help="default: 1500; 300 with --repo")
+    t.add_argument("--steps", type=int, default=None, help="default: 1500; 600 with --repo")
     t.add_argument("--batch", type=int, default=512)
     t.add_argument("--lr", type=float, default=None, help="default: 1e-3; 2e-4 with --repo")
     t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--eval-every", type=int, default=None, help="default: 250; 50 with --repo")
+    t.add_argument("--eval-every", type=int, default=None, help="default: 250; 100 with --repo")
     t.set_defaults(func=cmd_train)
 
 
@@ -146,9 +146,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     else:
         directories = args.data or [base / "data"]
         out = args.out or base / f"{args.kind}.safetensors"
-    steps = args.steps or (300 if tuning else 1500)
+    steps = args.steps or (600 if tuning else 1500)
     lr = args.lr or (2e-4 if tuning else 1e-3)
-    eval_every = args.eval_every or (50 if tuning else 250)
+    eval_every = args.eval_every or (100 if tuning else 250)
     torch.manual_seed(args.seed)
     train_split, val = train.load(directories, args.heads)
     source = resolve(args.target)
