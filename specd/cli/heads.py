@@ -116,12 +116,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from specd.heads import train
-    from specd.models.eagle import EagleHead, EagleShape
-    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead, load as load_heads
-    from specd.models.loader import resolve
-
     from specd.heads.repo import RepoError
-    from specd.models.heads import shipped
+    from specd.heads.train_eagle import EagleSettings, evaluate_eagle, train_eagle
+    from specd.models.eagle import EagleHead, EagleShape
+    from specd.models.heads import HeadRows, HeadsInfo, MedusaHeads, RecurrentHead, load as load_heads, shipped
+    from specd.models.loader import resolve
 
     base = _default_dir(args.target)
     report = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -155,35 +154,33 @@ def cmd_train(args: argparse.Namespace) -> int:
     if source.gguf is None:
         raise SystemExit("specd heads train: the shared head rows are read from the target's GGUF file; "
                          f"{args.target} is not a GGUF model")
-    embed_rows = HeadRows(source.gguf, embedding=True)
+    head_rows, embed_rows = HeadRows(source.gguf), HeadRows(source.gguf, embedding=True)
+    # the target's embedding rows of the data's tokens, read once (a Medusa head reads none)
+    embed = train.Embeddings(embed_rows, train_split, val) if args.kind != "medusa" else None
     start = None
     baseline: dict | None = None
     if args.init is not None:
-        start = load_heads(args.init, HeadRows(source.gguf), embed_rows)
+        start = load_heads(args.init, head_rows, embed_rows)
         ids = start.ids
         extra = args.extra_vocab if args.extra_vocab is not None else (1024 if tuning else 0)
         if tuning and isinstance(start, EagleHead):  # what the head it starts from drafts, as it is
-            from specd.heads.train_eagle import evaluate_eagle
-
-            baseline = evaluate_eagle(start, val, train.Embeddings(embed_rows, train_split, val), args.heads)
+            baseline = evaluate_eagle(start, val, embed, args.heads)
             report(f"heads train: {args.init} as it is: held-out draft chain {baseline['decoding']['chain']}")
         if extra and isinstance(start, EagleHead):
             was = float(torch.isin(train_split.labels[:, 0], ids).float().mean())
             ids = train.widen_vocabulary(ids, train_split, extra)
             report(f"heads train: {ids.numel() - start.ids.numel()} tokens added to {args.init}'s "
                    f"sub-vocabulary, which covered {was:.1%} of the target's greedy tokens on the data")
-            start = start.with_vocabulary(HeadRows(source.gguf)(ids), ids)
+            start = start.with_vocabulary(head_rows(ids), ids)
         covered = float(torch.isin(train_split.labels[:, 0], ids).float().mean())
     else:
         ids, covered = train.sub_vocabulary(train_split, args.vocab)
     report(f"heads train: {train_split.hidden.shape[0]} training positions, {val.hidden.shape[0]} held out; "
            f"the {ids.numel()}-token sub-vocabulary covers {covered:.1%} of the target's greedy tokens")
-    rows = start.head if start is not None else HeadRows(source.gguf)(ids)  # [V', H]: --init read them
+    rows = start.head if start is not None else head_rows(ids)  # [V', H]: --init read them
     head: MedusaHeads | RecurrentHead | EagleHead
     settings: object
     if args.kind == "eagle":
-        from specd.heads.train_eagle import EagleSettings, train_eagle
-
         settings = EagleSettings(width=args.width or 3072, vocab=args.vocab, steps=steps, windows=args.windows,
                                  lr=lr, seed=args.seed, eval_every=eval_every, chain=args.heads, keep_best=tuning)
         if start is not None:
@@ -193,15 +190,14 @@ def cmd_train(args: argparse.Namespace) -> int:
             settings = replace(settings, width=start.shape.width, vocab=int(ids.numel()))
         else:
             head = EagleHead(EagleShape(int(rows.shape[1]), width=settings.width), rows, ids, embed_rows)
-        log = train_eagle(head, train_split, val, train.Embeddings(embed_rows, train_split, val), settings, report)
+        log = train_eagle(head, train_split, val, embed, settings, report)
         size = settings.width
     elif args.kind == "recurrent":
         settings = train.RecurrentSettings(width=args.width or 2048, vocab=args.vocab, steps=steps,
                                            batch=args.batch, lr=lr, seed=args.seed,
                                            eval_every=eval_every, chain=args.heads)
         head = RecurrentHead(int(rows.shape[1]), settings.width, rows, ids, embed_rows)
-        log = train.train_recurrent(head, train_split, val, train.Embeddings(embed_rows, train_split, val),
-                                    settings, report)
+        log = train.train_recurrent(head, train_split, val, embed, settings, report)
         size = settings.width
     else:
         settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=steps, batch=args.batch,
@@ -219,9 +215,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     record = {"heads": str(out), "kind": args.kind, "info": info.__dict__,
               "sub_vocabulary_coverage": round(covered, 4), "data": manifest, "start": baseline, "log": log}
     print(json.dumps(log[-1]["held_out"], indent=1))
-    from specd.heads.train import expected_drafts
-
-    if tuning and baseline is not None and expected_drafts(log[-1]["held_out"]) <= expected_drafts(baseline):
+    if tuning and baseline is not None and train.expected_drafts(log[-1]["held_out"]) <= train.expected_drafts(baseline):
         out.with_suffix(".json").write_text(json.dumps(record | {"heads": None}, indent=1))
         report(f"heads train: no step drafted better than {args.init} on {args.repo}'s held-out files; nothing "
                f"written (the log: {out.with_suffix('.json')}). Keep that head, or try --steps or --lr.")
@@ -230,7 +224,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     head.save(out, info)
     out.with_suffix(".json").write_text(json.dumps(record, indent=1))
     if tuning and baseline is not None:
-        before, after = expected_drafts(baseline), expected_drafts(log[-1]["held_out"])
+        before, after = train.expected_drafts(baseline), train.expected_drafts(log[-1]["held_out"])
         report(f"heads train: wrote {out}: on {args.repo}'s held-out files a round's accepted drafts go from "
                f"{before:.3f} to {after:.3f} (first draft {baseline['decoding']['chain'][0]:.3f} -> "
                f"{log[-1]['held_out']['decoding']['chain'][0]:.3f}). Use it: specd serve --drafter heads+ngram "

@@ -104,7 +104,7 @@ def repo_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item
 def corpus_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item]:
     """The corpus's windows: the language furthest behind its share of ``corpus.WEIGHTS`` goes
     next, its files in the corpus's seeded order."""
-    files, weights = corpus.files(settings.seed), corpus.WEIGHTS
+    files = corpus.files(settings.seed)
     cursor = {lang: 0 for lang in files}
     pending: dict[str, list[Item]] = {lang: [] for lang in files}
     done = {lang: 0 for lang in files}
@@ -112,7 +112,7 @@ def corpus_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[It
         live = [lang for lang in files if pending[lang] or cursor[lang] < len(files[lang])]
         if not live:
             return
-        lang = min(live, key=lambda la: (done[la] / weights[la], la))
+        lang = min(live, key=lambda la: (done[la] / corpus.WEIGHTS[la], la))
         while not pending[lang] and cursor[lang] < len(files[lang]):
             f = files[lang][cursor[lang]]
             cursor[lang] += 1
