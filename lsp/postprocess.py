@@ -71,7 +71,8 @@ def cut_block(text: str, line_prefix: str) -> str:
 def drop_suffix_repeat(text: str, line_suffix: str, suffix: str) -> str:
     """Drop the completion's tail that the document already has after the cursor: on a single
     line, the longest start of the line's rest that ends the completion; over lines, everything
-    from the first line equal to the next non-blank line after the cursor line."""
+    from the first line equal to the next non-blank line after the cursor line, indentation
+    included (a ``}`` closing a block the completion wrote is not the enclosing block's ``}``)."""
     rest = line_suffix.strip()
     if rest and "\n" not in text:
         body = text.rstrip()
@@ -80,12 +81,12 @@ def drop_suffix_repeat(text: str, line_suffix: str, suffix: str) -> str:
                 return body[: len(body) - k]
         return text
     after = suffix.split("\n")[1:] if "\n" in suffix else []
-    following = next((ln.strip() for ln in after if ln.strip()), None)
+    following = next((ln.rstrip() for ln in after if ln.strip()), None)
     if following is None:
         return text
     lines = text.split("\n")
     for i in range(1, len(lines)):
-        if lines[i].strip() == following:
+        if lines[i].rstrip() == following:
             return "\n".join(lines[:i])
     return text
 

@@ -40,6 +40,20 @@ def test_suffix_repeat_over_lines() -> None:
     assert drop_suffix_repeat(text, "", "\nreturn total\n") == "\n    total += x"
 
 
+def test_a_closing_bracket_the_completion_wrote_is_not_the_suffix_repeating() -> None:
+    """The model's own ``    }`` closing the method it wrote stays, although the line after the
+    cursor is the enclosing impl's ``}`` (rs-dev-block-16 of the quality bench lost it)."""
+    text = "fn ge(&self) -> bool {\n        true\n    }\n}\n\nimpl Ord for L {"
+    suffix = "\n}\n\nimpl PartialOrd<Level> for L {\n"
+    assert drop_suffix_repeat(text, "", suffix) == "fn ge(&self) -> bool {\n        true\n    }"
+    assert postprocess(text, "    ", "", suffix) == "fn ge(&self) -> bool {\n        true\n    }"
+
+
+def test_the_enclosing_closer_at_its_own_indentation_is_a_repeat() -> None:
+    text = "a();\n}\n\nfunc next() {"
+    assert drop_suffix_repeat(text, "", "\n}\n\nfunc other() {\n") == "a();"
+
+
 def test_trailing_whitespace() -> None:
     assert trim_trailing_whitespace("a  \n  b \t\n\n") == "a\n  b"
 
