@@ -10,8 +10,8 @@ from pathlib import Path
 
 import torch
 
-ISA_OF_INTEREST = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512_bf16", "avx512_vnni",
-                   "avx_vnni", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
+ISA_OF_INTEREST = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512vbmi",
+                   "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8", "neon", "asimd", "sve")
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -62,6 +62,9 @@ def machine_info() -> dict:
             pass
     return {
         "cpu": cpu.get("model name") or platform.processor() or platform.machine(),
+        # the model name alone can hide the generation ("AMD EPYC" on a virtual machine)
+        "cpu_id": " ".join([cpu.get("vendor_id", ""), *(f"{k.split()[-1]} {cpu[k]}" for k in ("cpu family", "model")
+                                                         if k in cpu)]).strip(),
         "cores": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
         "torch_threads": torch.get_num_threads(),

@@ -275,7 +275,7 @@ def text_table(doc: dict[str, Any], view: str = "shown") -> str:
 
 def markdown(doc: dict[str, Any], machine: dict[str, Any]) -> str:
     lines = ["# specd bench: quality", "", f"command: `{doc.get('command', '')}`", "",
-             f"machine: {machine.get('cpu', '')} ({', '.join(machine.get('flags', []))})", ""]
+             f"machine: {machine.get('cpu', '')} [{machine.get('cpu_id', '')}] ({', '.join(machine.get('isa', []))})", ""]
     for view in ("shown", "raw"):
         lines += ["```", text_table(doc, view), "```", ""]
     return "\n".join(lines) + "\n"
