@@ -69,6 +69,23 @@ def test_the_heads_context_is_the_targets_features_in_order() -> None:
     torch.testing.assert_close(c.v[:, :rows].float(), fresh.v[:, :rows].float(), atol=0.05, rtol=0.05)
 
 
+def test_a_shorter_request_after_a_long_one_drafts_from_its_own_rows() -> None:
+    """The head's cache keeps the last ``window`` rows of a long request; a later, shorter request
+    must not start from there (the daemon failed with an empty head forward: its cache began
+    beyond the position the round drafts from)."""
+    target = tiny_decoder(seed=3, dtype=torch.bfloat16)
+    drafter = EagleDrafter(target, _eagle(target, seed=4), window=8)
+    generate(target, list(range(3, 63)), Decoding(10), drafter, k=2)
+    assert drafter.cache.start > 20  # the long request's window
+    target.reset()
+    prompt = [60, 61, 62, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]
+    plain, _ = generate(target, prompt, Decoding(16))
+    target.reset()
+    out, stats = generate(target, prompt, Decoding(16), drafter, k=2)
+    assert out == plain
+    assert stats.drafted > 0 and drafter.cache.start <= len(prompt)
+
+
 @pytest.mark.slow
 def test_the_prompts_rows_come_with_its_prefill() -> None:
     """The drafter's prefill brings the head over the prompt (the engine's prefill and ``warm``

@@ -95,8 +95,10 @@ class EagleDrafter:
         ok = common_prefix(self.cache_tokens, c.start + c.length + 1, seq)  # rows t < ok - 1 are valid
         c.rollback(max(0, min(ok - 1, last) - c.start))
         lo = max(self.feature_base, last - self.window)
-        if c.start + c.length < lo or c.start < self.feature_base:
-            c.start, c.length = lo, 0  # a fresh context: the rows before lo are not ours to attend
+        if c.length == 0 or c.start + c.length < lo or c.start < self.feature_base:
+            # a fresh context: the rows before lo are not ours to attend (an empty cache may still
+            # start where a longer request's window began, beyond this sequence's rows)
+            c.start, c.length = lo, 0
             c.tokens.clear()
         return c.start + c.length
 
