@@ -197,6 +197,25 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path, drafter: str) -> No
     assert sources == ({"heads", "lookup"} if drafter == "heads+ngram" else {"heads"})
 
 
+def test_a_short_request_after_a_prefix_cache_restore_is_served(tmp_path: Path) -> None:
+    """The daemon's failing sequence, through the engine with the prefix cache on: a request in
+    one file, one in another, a longer one back in the first (its prompt's start restored from
+    the prefix cache, which holds no features: the head's context begins late), then a short one
+    elsewhere, whose sequence ends before that."""
+    from specd.engine.config import EngineConfig
+    from specd.engine.engine import CompletionRequest, Engine
+    from tests.tiny import tiny_tokenizer
+
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
+    config = EngineConfig(draft=None, drafter="heads", k=3, prefix_cache_mb=8, prefix_block_tokens=16)
+    engine = Engine(target, tiny_tokenizer(), config=config, heads=_eagle(target, seed=3))
+    body = "".join(f"def f{i}(a, b):\n    return a * {i} + b\n\n" for i in range(6))
+    for prefix in (body, "y = 2\n", body + "def g(x):\n    return x", "z = 3\n"):
+        spec = engine.complete(CompletionRequest(prefix, "\n", max_tokens=12))
+        plain = engine.complete(CompletionRequest(prefix, "\n", max_tokens=12, mode="target"))
+        assert spec.tokens == plain.tokens
+
+
 def test_k_auto_times_one_eagle_step() -> None:
     """K auto's cost of an EAGLE draft (``specd.app.head_step``): one step of the head over a full
     context, leaving the timed cache as it found it, so every timed step costs the same."""
