@@ -60,10 +60,9 @@ REGIONS = ("prefix", "middle")
 def sequence(builder: PromptBuilder, tokenizer: Any, task: Task) -> tuple[list[int], dict[str, range]]:
     """The task's FIM prompt and real middle as token ids, and which rows predict which region
     (row ``i``'s logits predict token ``i + 1``)."""
-    prompt = builder.build(task.prefix, task.suffix)
-    middle = tokenizer.encode(task.expected)
-    prefix_len = len(tokenizer.encode(builder.window_prefix(task.prefix)))
-    seq = prompt + middle
+    prompt = builder.build(task.prefix, task.suffix)  # [<|fim_prefix|>, *prefix, <|fim_suffix|>, ...]
+    prefix_len = prompt.index(builder.fim[1]) - 1
+    seq = prompt + tokenizer.encode(task.expected)
     # rows 0 .. prefix_len - 1 predict the prefix's tokens 1 .. prefix_len (row 0: <|fim_prefix|>)
     return seq, {"prefix": range(1, prefix_len), "middle": range(len(prompt) - 1, len(seq) - 1)}
 
@@ -89,10 +88,6 @@ class LlamaCpp:
         return torch.from_numpy(self.llm.scores[: len(seq)].copy())  # [n, V]
 
 
-def _pick(logits: torch.Tensor, rows: range) -> torch.Tensor:
-    return logits[rows.start : rows.stop]
-
-
 def score_task(seq: list[int], regions: dict[str, range], logits: dict[str, torch.Tensor]) -> dict[str, Any]:
     """Per region: per system the argmax hits and NLL sums; pairwise agreement; vs the reference."""
     out: dict[str, Any] = {}
@@ -104,7 +99,7 @@ def score_task(seq: list[int], regions: dict[str, range], logits: dict[str, torc
         top: dict[str, torch.Tensor] = {}
         logp: dict[str, torch.Tensor] = {}
         for name, lg in logits.items():
-            lp = torch.log_softmax(_pick(lg, rows)[:, : lg.shape[1]].double(), -1)  # [n, V]
+            lp = torch.log_softmax(lg[rows.start : rows.stop].double(), -1)  # [n, V]
             logp[name] = lp
             top[name] = lp.argmax(-1)
             r[name] = {"hits": int((top[name] == real).sum()),

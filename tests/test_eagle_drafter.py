@@ -197,7 +197,7 @@ def test_an_engine_drafts_with_an_eagle_file(tmp_path: Path, drafter: str) -> No
     assert sources == ({"heads", "lookup"} if drafter == "heads+ngram" else {"heads"})
 
 
-def test_a_short_request_after_a_prefix_cache_restore_is_served(tmp_path: Path) -> None:
+def test_a_short_request_after_a_prefix_cache_restore_is_served() -> None:
     """The daemon's failing sequence, through the engine with the prefix cache on: a request in
     one file, one in another, a longer one back in the first (its prompt's start restored from
     the prefix cache, which holds no features: the head's context begins late), then a short one
