@@ -144,8 +144,11 @@ class Soak:
 
     # -- checks ------------------------------------------------------------------------------
 
-    def greedy(self, c: Client, params: dict[str, Any] | None = None) -> None:
+    def greedy(self, c: Client, params: dict[str, Any] | None = None, later: int | None = None) -> None:
+        """A greedy ``spec`` request; its twin is due ``later`` operations on (drawn here if None:
+        parallel clients draw theirs before their threads start, so the seed alone decides)."""
         params = params or self.greedy_params()
+        later = self.rng.randint(0, 6) if later is None else later
         try:
             r = c.call("complete", {**params, "mode": "spec"})
         except DaemonError as e:
@@ -154,7 +157,7 @@ class Soak:
             self.fail(f"greedy refused ({e}); params {_short(params)}")
             return
         with self.lock:
-            self.twins.append((self.op + self.rng.randint(0, 6), params, r["text"]))
+            self.twins.append((self.op + later, params, r["text"]))
 
     def twin(self, c: Client, params: dict[str, Any], text: str) -> None:
         try:
@@ -240,11 +243,11 @@ class Soak:
             for p in plist:
                 p.pop("session", None)
 
-            def one(p: dict[str, Any]) -> None:
+            def one(p: dict[str, Any], later: int) -> None:
                 with self.client() as cc:
-                    self.greedy(cc, p)
+                    self.greedy(cc, p, later)
 
-            threads = [threading.Thread(target=one, args=(p,)) for p in plist]
+            threads = [threading.Thread(target=one, args=(p, self.rng.randint(0, 6))) for p in plist]
             for t in threads:
                 t.start()
             for t in threads:
