@@ -46,9 +46,9 @@ from typing import Any
 from specd.bench.machine import machine_info
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path
 from specd.daemon.client import Client, DaemonError
+from specd.daemon.protocol import INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from specd.daemon.protocol import REQUEST_CANCELLED as CANCELLED
 
-PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS = -32700, -32600, -32601, -32602
-CANCELLED = -32800
 KINDS = {"greedy": 36, "sampled": 8, "warm": 6, "profile": 4, "drop": 8, "cancel": 8, "session": 6,
          "parallel": 8, "bad": 10}
 
@@ -212,7 +212,7 @@ class Soak:
                 d.close()
             else:
                 d.send_raw(_line(None, "cancel", {"id": 7}))
-                while "id" not in msg or msg.get("id") != 7:
+                while msg.get("id") != 7:  # deltas carry no id
                     msg = d.read_message()
                 err = msg.get("error")
                 if err is not None and err.get("code") != CANCELLED:
