@@ -3,6 +3,7 @@ with the output still exactly the target's."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import torch
 from specd.engine.head_drafter import HeadDrafter
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import Decoding, generate
-from specd.heads import data, train
+from specd.heads import corpus, data, train
 from specd.models.heads import HeadsInfo, MedusaHeads, load, read_info
 from specd.models.errors import ModelError
 from tests.test_sampling import _chi2_pvalue
@@ -203,7 +204,13 @@ def test_fim_data_run_stores_and_resumes(tmp_path: Path) -> None:
 
 def test_a_manifest_from_before_the_fim_layout_is_still_plain(tmp_path: Path) -> None:
     old = {"model": "tiny", "window": 512, "windows_per_file": 4, "min_window": 64, "seed": 0, "shard_tokens": 16384}
-    assert data.stored_settings({"settings": old}) == asdict(data.DataSettings("tiny"))
+    assert data.stored_settings({"settings": old}) == json.loads(json.dumps(asdict(data.DataSettings("tiny"))))
+
+
+def test_a_manifest_from_before_corpus_sources_resumes_on_the_classic_corpus(tmp_path: Path) -> None:
+    old = {"model": "tiny", "window": 512, "windows_per_file": 4, "min_window": 64, "seed": 0, "shard_tokens": 16384,
+           "layout": "plain"}
+    assert data.stored_settings({"settings": old})["sources"] == list(corpus.CLASSIC)
 
 
 def test_a_file_that_is_not_heads_is_refused(tmp_path: Path) -> None:

@@ -32,6 +32,9 @@ def register(subparsers: Any) -> None:
                         "continuation (default: plain; fim with --repo)")
     d.add_argument("--repo", type=Path, help="a repository of your own instead of the corpus: its source files "
                                              "(git's tracked ones where it is a git work tree), 10%% held out")
+    d.add_argument("--sources", type=_sources, default=None,
+                   help="the corpus's sources, comma-separated, of: " + ", ".join(_source_names())
+                        + " (specd.heads.corpus; default: " + ",".join(_classic()) + ")")
     d.set_defaults(func=cmd_data)
     t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
     t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
@@ -67,13 +70,34 @@ def register(subparsers: Any) -> None:
     t.set_defaults(func=cmd_train)
 
 
+def _source_names() -> tuple[str, ...]:
+    from specd.heads import corpus
+
+    return tuple(corpus.SOURCES)
+
+
+def _classic() -> tuple[str, ...]:
+    from specd.heads import corpus
+
+    return corpus.CLASSIC
+
+
+def _sources(text: str) -> tuple[str, ...]:
+    names = tuple(s.strip() for s in text.split(",") if s.strip())
+    unknown = [s for s in names if s not in _source_names()]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: name sources from {', '.join(_source_names())}")
+    return names
+
+
 def _repo_dir(target: str, root: Path) -> Path:
     from specd.heads import repo
 
     return _default_dir(target) / "repos" / repo.name_of(root)
 
 
-def _make_data(target: str, out: Path | None, layout: str | None, root: Path | None, tokens: int) -> tuple[Path, dict]:
+def _make_data(target: str, out: Path | None, layout: str | None, root: Path | None, tokens: int,
+               sources: tuple[str, ...] | None = None) -> tuple[Path, dict]:
     """Store the data (``specd.heads.data``) for the corpus or the repository at ``root``; returns
     (its directory, its manifest). A repository's data whose files changed since is made again."""
     # imported here: the models load only for the commands that run them
@@ -86,7 +110,8 @@ def _make_data(target: str, out: Path | None, layout: str | None, root: Path | N
     per_file = (repo.WINDOWS_PER_FILE if root is not None else 1) if fim else 4
     if root is None:
         out = out or _default_dir(target) / ("data-fim" if fim else "data")
-        settings = data.DataSettings(target, layout=layout, windows_per_file=per_file)
+        settings = data.DataSettings(target, layout=layout, windows_per_file=per_file,
+                                     sources=sources or data.DataSettings(target).sources)
     else:
         root = root.expanduser().resolve()
         found = repo.files(root)  # RepoError before a model loads
@@ -105,7 +130,7 @@ def cmd_data(args: argparse.Namespace) -> int:
     from specd.heads.repo import RepoError
 
     try:
-        _, manifest = _make_data(args.target, args.out, args.layout, args.repo, args.tokens)
+        _, manifest = _make_data(args.target, args.out, args.layout, args.repo, args.tokens, args.sources)
     except RepoError as e:
         raise SystemExit(f"specd heads data: {e}")
     print(json.dumps(manifest, indent=1))

@@ -55,6 +55,7 @@ class DataSettings:
     max_middle_skip: int = 24  # fim: corpus tokens between the cursor and the suffix, drawn from 0..this
     generate: int = 48  # fim: greedy tokens after the prompt
     repo: str = ""  # a repository's absolute path (specd.heads.repo); empty: the corpus (specd.heads.corpus)
+    sources: tuple[str, ...] = corpus.CLASSIC  # the corpus's sources (specd.heads.corpus.SOURCES)
 
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
@@ -65,8 +66,13 @@ LAYOUTS = ("plain", "fim")
 
 
 def stored_settings(manifest: dict) -> dict:
-    """A manifest's settings with the fields added since it was written at their defaults."""
-    return {**asdict(DataSettings(manifest["settings"]["model"])), **manifest["settings"]}
+    """A manifest's settings with the fields added since it was written at their defaults, as
+    JSON holds them."""
+    return _as_json({**asdict(DataSettings(manifest["settings"]["model"])), **manifest["settings"]})
+
+
+def _as_json(settings: dict) -> dict:
+    return json.loads(json.dumps(settings))
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,7 @@ def repo_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item
 def corpus_schedule(tokenizer: Tokenizer, settings: DataSettings) -> Iterator[Item]:
     """The corpus's windows: the language furthest behind its share of ``corpus.WEIGHTS`` goes
     next, its files in the corpus's seeded order."""
-    files = corpus.files(settings.seed)
+    files = corpus.files(settings.seed, settings.sources)
     cursor = {lang: 0 for lang in files}
     pending: dict[str, list[Item]] = {lang: [] for lang in files}
     done = {lang: 0 for lang in files}
@@ -242,7 +248,7 @@ def make(model: CausalLM, tokenizer: Tokenizer, out: Path, settings: DataSetting
                 "seconds": 0.0}
     if path.exists():
         manifest = json.loads(path.read_text())
-        if stored_settings(manifest) != asdict(settings):
+        if stored_settings(manifest) != _as_json(asdict(settings)):
             raise ValueError(f"{out} holds data made with other settings ({manifest['settings']}); "
                              f"use another directory")
     shard = _Shard()
