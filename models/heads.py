@@ -42,7 +42,7 @@ from specd.models.errors import ModelError
 # it was trained)
 SHIPPED = Path(__file__).parent / "data" / "heads"
 SHIPPED_SHA256: dict[str, str] = {
-    "qwen2.5-coder-1.5b": "109bdc0a04ba2d53a83dea206a93ecbcfda7706a9159fd41a814bcc8b3110de8",
+    "qwen2.5-coder-1.5b": "e4a314207519bcb2becc378a7a1857882f4095d9cecbb488805016e195a99c64",
 }
 FORMAT = "specd-medusa-1"
 RECURRENT_FORMAT = "specd-recurrent-2"  # 2: inputs scaled to unit RMS
