@@ -58,3 +58,18 @@ def test_the_classic_standard_library_keeps_out_the_quality_dev_packages_and_tes
     assert names and all(n.startswith("stdlib/") for n in names)
     assert not any(n.split("/")[1] in corpus.QUALITY_DEV_STDLIB for n in names)
     assert not any("/test/" in n or "/tests/" in n for n in names)
+
+
+def test_specd_heads_data_refuses_unknown_sources_and_sources_with_a_repository(tmp_path: Path) -> None:
+    """Both before any model loads: a clear error, nothing stored."""
+    import subprocess
+
+    (tmp_path / "m.py").write_text("x = 1\n")
+    out = tmp_path / "data"
+    bad = subprocess.run(["specd", "heads", "data", "--sources", "stdlib,nope", "--out", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "name sources from stdlib" in bad.stderr
+    mixed = subprocess.run(["specd", "heads", "data", "--repo", str(tmp_path), "--sources", "go", "--out", str(out)],
+                           capture_output=True, text=True, timeout=120)
+    assert mixed.returncode == 1 and "with --repo the data is your repository's" in mixed.stderr
+    assert not out.exists()

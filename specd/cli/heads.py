@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from specd.heads import corpus
 from specd.models.registry import cache_root
 from specd.engine.config import DEFAULT_TARGET
 
@@ -33,8 +34,8 @@ def register(subparsers: Any) -> None:
     d.add_argument("--repo", type=Path, help="a repository of your own instead of the corpus: its source files "
                                              "(git's tracked ones where it is a git work tree), 10%% held out")
     d.add_argument("--sources", type=_sources, default=None,
-                   help="the corpus's sources, comma-separated, of: " + ", ".join(_source_names())
-                        + " (specd.heads.corpus; default: " + ",".join(_classic()) + ")")
+                   help="the corpus's sources, comma-separated, of: " + ", ".join(corpus.SOURCES)
+                        + " (specd.heads.corpus; default: " + ",".join(corpus.CLASSIC) + ")")
     d.set_defaults(func=cmd_data)
     t = hsub.add_parser("train", help="train heads on stored data; writes the heads file and a JSON log beside it")
     t.add_argument("--target", default=DEFAULT_TARGET, help="the target the data came from (default: %(default)s)")
@@ -70,23 +71,10 @@ def register(subparsers: Any) -> None:
     t.set_defaults(func=cmd_train)
 
 
-def _source_names() -> tuple[str, ...]:
-    from specd.heads import corpus
-
-    return tuple(corpus.SOURCES)
-
-
-def _classic() -> tuple[str, ...]:
-    from specd.heads import corpus
-
-    return corpus.CLASSIC
-
-
 def _sources(text: str) -> tuple[str, ...]:
     names = tuple(s.strip() for s in text.split(",") if s.strip())
-    unknown = [s for s in names if s not in _source_names()]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r}: name sources from {', '.join(_source_names())}")
+    if not names or any(s not in corpus.SOURCES for s in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: name sources from {', '.join(corpus.SOURCES)}")
     return names
 
 
@@ -111,8 +99,10 @@ def _make_data(target: str, out: Path | None, layout: str | None, root: Path | N
     if root is None:
         out = out or _default_dir(target) / ("data-fim" if fim else "data")
         settings = data.DataSettings(target, layout=layout, windows_per_file=per_file,
-                                     sources=sources or data.DataSettings(target).sources)
+                                     sources=sources or corpus.CLASSIC)
     else:
+        if sources:
+            raise repo.RepoError("--sources names parts of the corpus; with --repo the data is your repository's")
         root = root.expanduser().resolve()
         found = repo.files(root)  # RepoError before a model loads
         out = out or _repo_dir(target, root) / f"data-{layout}"
