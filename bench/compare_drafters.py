@@ -43,8 +43,8 @@ def acceptance(files: list[Path], length: str = "40") -> dict:
             out["pooled"][side][0] += acc
             out["pooled"][side][1] += drafted
         for a, b in zip(a_rows, b_rows):
-            ra = a[length]["accepted"] / max(a[length]["drafted"], 1)
-            rb = b[length]["accepted"] / max(b[length]["drafted"], 1)
+            (acc_a, n_a), (acc_b, n_b) = _counts(a, length), _counts(b, length)
+            ra, rb = acc_a / max(n_a, 1), acc_b / max(n_b, 1)
             pair["higher"] += rb > ra
             pair["lower"] += rb < ra
         out["pairs"].append(pair)

@@ -26,7 +26,7 @@ def test_debian_python_leaves_out_modules_installed_here(tmp_path: Path, monkeyp
     monkeypatch.setattr(corpus, "_deb", lambda package: tmp_path / "deb")
     monkeypatch.setattr(corpus, "DEBIAN_PYTHON", ("python3-demo",))
     monkeypatch.setattr(corpus, "installed_modules", lambda: {"jinja2"})
-    names = [f.name for f in corpus.SOURCES["debian-python"].find()]
+    names = [f.name for f in corpus.SOURCES["debian-python"]()]
     assert names == ["deb:python3-demo/fresh/core.py", "deb:python3-demo/single.py"]
 
 
@@ -43,7 +43,7 @@ def test_go_leaves_out_the_quality_bench_directories(tmp_path: Path, monkeypatch
                 "cmd/go/testdata/x.go"):
         _write(src, rel, "package x\n")
     monkeypatch.setattr(corpus, "_deb", lambda package: tmp_path / "deb")
-    assert [f.name for f in corpus.SOURCES["go"].find()] == [f"deb:{corpus.GO_PACKAGE}/fmt/print.go"]
+    assert [f.name for f in corpus.SOURCES["go"]()] == [f"deb:{corpus.GO_PACKAGE}/fmt/print.go"]
 
 
 def test_an_unknown_source_is_refused_by_name() -> None:

@@ -72,10 +72,10 @@ def register(subparsers: Any) -> None:
 
 
 def _sources(text: str) -> tuple[str, ...]:
-    names = tuple(s.strip() for s in text.split(",") if s.strip())
-    if not names or any(s not in corpus.SOURCES for s in names):
-        raise argparse.ArgumentTypeError(f"{text!r}: name sources from {', '.join(corpus.SOURCES)}")
-    return names
+    try:
+        return corpus.check_sources(tuple(s.strip() for s in text.split(",") if s.strip()))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _repo_dir(target: str, root: Path) -> Path:

@@ -160,32 +160,33 @@ def _rust() -> list[CorpusFile]:
                            lambda rel: "/examples/" not in rel and "/build.rs" not in rel)]
 
 
-@dataclass(frozen=True)
-class Source:
-    language: str
-    find: Callable[[], list[CorpusFile]]
-
-
-SOURCES = {
-    "stdlib": Source("python", _stdlib),
-    "c-headers": Source("c", _c_headers),
-    "node": Source("javascript", _node),
-    "debian-python": Source("python", _debian_python),
-    "go": Source("go", _go),
-    "rust": Source("rust", _rust),
+# each source's files (their language is each file's own)
+SOURCES: dict[str, Callable[[], list[CorpusFile]]] = {
+    "stdlib": _stdlib,
+    "c-headers": _c_headers,
+    "node": _node,
+    "debian-python": _debian_python,
+    "go": _go,
+    "rust": _rust,
 }
 CLASSIC = ("stdlib", "c-headers", "node")
+
+
+def check_sources(sources: tuple[str, ...]) -> tuple[str, ...]:
+    """``sources`` when each names one of ``SOURCES`` (and there is one at least); else ValueError."""
+    unknown = [s for s in sources if s not in SOURCES]
+    if unknown or not sources:
+        raise ValueError(f"unknown corpus sources {', '.join(unknown) or '(none named)'}: "
+                         f"name sources from {', '.join(SOURCES)}")
+    return sources
 
 
 def files(seed: int = 0, sources: tuple[str, ...] = CLASSIC) -> dict[str, list[CorpusFile]]:
     """Every file of ``sources`` by language, each list in a seeded shuffled order; files that are
     too large, empty or not UTF-8 left out."""
-    unknown = [s for s in sources if s not in SOURCES]
-    if unknown:
-        raise ValueError(f"unknown corpus sources {', '.join(unknown)}: use {', '.join(SOURCES)}")
     out: dict[str, list[CorpusFile]] = {}
-    for name in sources:
-        for f in SOURCES[name].find():
+    for name in check_sources(sources):
+        for f in SOURCES[name]():
             try:
                 size = f.path.stat().st_size
             except OSError:

@@ -60,6 +60,7 @@ class DataSettings:
     def __post_init__(self) -> None:
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout {self.layout!r}: use one of {', '.join(LAYOUTS)}")
+        corpus.check_sources(tuple(self.sources))
 
 
 LAYOUTS = ("plain", "fim")
