@@ -11,7 +11,9 @@ Glossary (positions are the target's):
 
 The layer is a Qwen2-style decoder layer (RMS norms, grouped-query attention with RoPE, SwiGLU)
 attending causally over the inputs of every earlier position it has seen; its keys and values are
-the head's own small cache (``EagleCache``). Drafting a chain: the first step reads the target's
+the head's own small cache (``EagleCache``). Drafting runs it, INT8, through the target's own fused
+C decoder layer (``specd.models.fused_layers``) where specd's kernels are built; training runs it
+in torch. Drafting a chain: the first step reads the target's
 feature at the last verified position and the token the target chose after it; each later step
 reads the head's own ``f̂`` and its own last draft (EAGLE's feature-level autoregression). The
 output head is the target's, restricted to a sub-vocabulary (``ids``) and frozen; the embedding
@@ -31,8 +33,10 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import save_file
 
-from specd.models import kernels
+from specd.models import fused_layers, kernels
+from specd.models.config import ModelConfig
 from specd.models.decoder import rotate
+from specd.models.fused_layers import FusedLayers
 from specd.models.int_linear import QK, Q8Linear, row_bytes
 
 FORMAT = "specd-eagle-1"
@@ -51,15 +55,19 @@ class EagleShape:
     rope_theta: float = 1_000_000.0
 
 
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Rotary embedding (the half-split form Qwen uses) of ``x`` ``[..., n, heads, d]`` at
-    ``positions`` ``[n]``."""
-    d = x.shape[-1]
+def rope_tables(positions: torch.Tensor, d: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin ``[n, d]`` float32 of the rotary embedding at ``positions`` ``[n]`` (each half
+    of a row the same angles: the half-split form Qwen uses)."""
     inv = theta ** (-torch.arange(0, d, 2, dtype=torch.float32) / d)  # [d/2]
     ang = positions.float()[:, None] * inv[None, :]  # [n, d/2]
-    cos = torch.cat([ang.cos(), ang.cos()], -1)[:, None, :].to(x.dtype)  # [n, 1, d]
-    sin = torch.cat([ang.sin(), ang.sin()], -1)[:, None, :].to(x.dtype)
-    return rotate(x, cos, sin)
+    ang = torch.cat([ang, ang], -1)  # [n, d]
+    return ang.cos(), ang.sin()
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotary embedding of ``x`` ``[..., n, heads, d]`` at ``positions`` ``[n]``."""
+    cos, sin = rope_tables(positions, x.shape[-1], theta)
+    return rotate(x, cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype))
 
 
 def _mm(x: torch.Tensor, w: "torch.Tensor | Q8Linear") -> torch.Tensor:
@@ -88,7 +96,10 @@ class EagleHead(torch.nn.Module):
     """See the module docstring. ``head`` ``[V', H]`` (frozen sub-vocabulary output rows),
     ``ids`` ``[V']``, ``embed_rows`` the target's embedding rows by token id."""
 
-    def __init__(self, shape: EagleShape, head: torch.Tensor, ids: torch.Tensor, embed_rows: RowReader) -> None:
+    def __init__(self, shape: EagleShape, head: torch.Tensor, ids: torch.Tensor, embed_rows: RowReader,
+                 fused: bool = True) -> None:
+        """``fused``: draft through the target's fused C decoder layer where it can run (the
+        torch layer otherwise; both give the same numbers up to float rounding)."""
         super().__init__()
         if ids.numel() != head.shape[0]:
             raise ValueError(f"{ids.numel()} sub-vocabulary ids for {head.shape[0]} head rows")
@@ -107,12 +118,15 @@ class EagleHead(torch.nn.Module):
         self.register_buffer("head", head.float())  # [V', H]
         self.register_buffer("ids", ids.long())  # [V']
         self.embed_rows = embed_rows
+        self.fused = fused
         self._infer: dict[str, torch.Tensor] | None = None
+        self._layer: dict[str, torch.Tensor | Q8Linear] | None = None  # the layer's weights as the C layer reads them
+        self._fused: dict[int, FusedLayers] = {}  # by cache capacity (the C layer's row stride)
 
     def with_vocabulary(self, head: torch.Tensor, ids: torch.Tensor) -> "EagleHead":
         """This head's layer (its parameters copied) over another sub-vocabulary: ``head``
         ``[V'', H]`` the target's output rows of ``ids`` ``[V'']``."""
-        out = EagleHead(self.shape, head, ids, self.embed_rows)
+        out = EagleHead(self.shape, head, ids, self.embed_rows, self.fused)
         with torch.no_grad():
             for name in PARAMS:
                 getattr(out, name).copy_(getattr(self, name))
@@ -169,12 +183,45 @@ class EagleHead(torch.nn.Module):
             infer: dict[str, torch.Tensor | Q8Linear] = {n: t.detach().to(dtype) for n, t in self.params().items()}
             infer["head"] = self.head.to(dtype)
             if dtype == torch.float32:  # specd's INT8 kernel: 3-7x a bf16 matmul's speed at one row here
+                self._layer = self._c_layer() if self.fused else None
+                fused = ("wq", "wk", "wv", "wo", "gate", "up", "down") if self._layer is not None else ()
                 for name in MATRICES:
                     w = self._matrix(name).detach()
-                    if w.shape[1] % QK == 0:
+                    if name not in fused and w.shape[1] % QK == 0:
                         infer[name] = Q8Linear.from_float(w)
             self._infer = infer
         return self._infer
+
+    def _config(self) -> ModelConfig:
+        """The layer's shape as the target's decoder layers describe theirs (the norms' epsilon is
+        ``F.rms_norm``'s default for float32, which training used)."""
+        s = self.shape
+        return ModelConfig(vocab_size=int(self.ids.numel()), hidden_size=s.hidden, intermediate_size=s.width,
+                           num_layers=1, num_heads=s.heads, num_kv_heads=s.kv_heads, head_dim=s.head_dim,
+                           rope_theta=s.rope_theta, rms_norm_eps=torch.finfo(torch.float32).eps)
+
+    def _c_layer(self) -> "dict[str, torch.Tensor | Q8Linear] | None":
+        """The layer's weights for specd's fused decoder layer (``models/csrc/decoder_layer.c``:
+        norms, rotary embedding, the cache write, attention and the SwiGLU in one C call, the
+        target's own; ~40 small torch ops a draft step otherwise), INT8 as the separate matrices
+        would be; None where the C layer cannot run this shape."""
+        q8 = lambda *names: Q8Linear.from_float(torch.cat([getattr(self, n).detach() for n in names]))  # noqa: E731
+        s = self.shape
+        if (s.hidden % QK or (s.heads * s.head_dim) % QK or s.width % QK):
+            return None
+        layer = {"qkv": q8("wq", "wk", "wv"), "o": q8("wo"), "gate_up": q8("gate", "up"), "down": q8("down"),
+                 "qkv_bias": torch.cat([self.bq, self.bk, self.bv]).detach().float().contiguous(),
+                 "in_norm": self.in_norm.detach().float().contiguous(),
+                 "post_norm": self.post_norm.detach().float().contiguous()}
+        return layer if fused_layers.supports(self._config(), [layer], torch.device("cpu")) else None
+
+    def _fused_for(self, cache: EagleCache) -> FusedLayers | None:
+        if self._layer is None:
+            return None
+        cap = cache.k.shape[1]
+        if cap not in self._fused:
+            self._fused[cap] = FusedLayers(self._config(), [self._layer], cap)
+        return self._fused[cap]
 
     @torch.inference_mode()
     def extend(self, cache: EagleCache, features: torch.Tensor, tokens: list[int]) -> torch.Tensor:
@@ -190,6 +237,15 @@ class EagleHead(torch.nn.Module):
         x = self.inputs(features.to(dtype), e, p)  # [n, H]
         at = cache.length
         positions = torch.arange(cache.start + at, cache.start + at + n)
+        fused = self._fused_for(cache)
+        if fused is not None:  # the layer in one C call: x becomes f̂ in place, the rows' keys and values cached
+            s = self.shape
+            cos, sin = rope_tables(positions, s.head_dim, s.rope_theta)  # [n, d]
+            x = x.float().contiguous()
+            fused.run(x, at, cache.k[None], cache.v[None], cos, sin, None)
+            cache.length = at + n
+            cache.tokens.extend(tokens)
+            return x
         q, k, v = self.qkv(x, positions, p)  # [n, heads|kv, d]
         cache.k[:, at : at + n] = k.transpose(0, 1)
         cache.v[:, at : at + n] = v.transpose(0, 1)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from specd.heads.train import Embeddings, Split
 from specd.heads.train_eagle import EagleSettings, evaluate_eagle, train_eagle
+from specd.models import kernels
 from specd.models.eagle import EagleHead, EagleShape
 
 H, V = 32, 50
@@ -37,6 +39,29 @@ def test_cached_rows_match_the_teacher_forced_window() -> None:
     cached = torch.cat(parts).float()
     assert cache.length == 9 and cache.tokens == toks
     assert torch.allclose(cached, whole, atol=0.05 * float(whole.abs().max())), (cached - whole).abs().max()
+
+
+@pytest.mark.skipif(not kernels.available(), reason="specd's C kernels are not built here")
+def test_the_c_layer_computes_what_the_torch_layer_computes() -> None:
+    """Drafting's fused C layer against the torch layer on the same INT8 matrices: the same
+    features and cached keys and values, up to float rounding, whole windows and single rows."""
+    head, table = _head()
+    torch_head = EagleHead(head.shape, head.head, head.ids, head.embed_rows, fused=False)
+    torch_head.load_state_dict(head.state_dict())
+    g = torch.Generator().manual_seed(4)
+    feats = torch.randn(11, H, generator=g)
+    toks = torch.randint(V, (11,), generator=g).tolist()
+    caches = [head.new_cache(24), torch_head.new_cache(24)]
+    for c in caches:
+        c.start = 5  # rows at target positions 5..: the rotary angles follow the positions
+    outs = [[h.extend(c, feats[a:b], toks[a:b]) for a, b in ((0, 6), (6, 7), (7, 11))]
+            for h, c in zip((head, torch_head), caches)]
+    assert head._fused and not torch_head._fused  # the two paths did run
+    for fused, plain in zip(*outs):
+        assert torch.allclose(fused, plain, atol=1e-4, rtol=1e-4), (fused - plain).abs().max()
+    fc, tc = caches
+    assert fc.length == tc.length == 11
+    assert torch.allclose(fc.k[:, :11], tc.k[:, :11], atol=1e-4) and torch.allclose(fc.v[:, :11], tc.v[:, :11], atol=1e-4)
 
 
 def test_draft_leaves_the_cache_one_row_longer() -> None:
