@@ -3,6 +3,8 @@ prompt and generated again under a constraint; exactness holds with it on."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -204,23 +206,28 @@ def test_greedy_with_healing_equals_a_plain_generation_from_the_healed_prompt() 
     assert c.tokens[m:] == rest[: len(c.tokens) - m]
 
 
-def test_healing_samples_follow_the_constrained_target() -> None:
-    """The healing token is drawn from the target's warped distribution restricted to the allowed ids."""
-    engine = _engine("whitespace", k=0, draft=None, target=_models()[0])
-    healer = engine._healer
-    prompt, removed = engine._build(CompletionRequest("x = ", "\n"))
-    allowed = healer.index.allowed(b" ", VOCAB)
-    params = SamplingParams(temperature=1.5, allowed=engine._allowed)
+@pytest.mark.parametrize("k", [0, 3])
+def test_healing_samples_follow_the_constrained_target(k: int) -> None:
+    """The healing token is drawn from the target's warped distribution restricted to the allowed
+    ids: target-only (``k = 0``) and in speculative rounds, where the drafts it disallows are
+    rejected (``k = 3``, the tiny draft model drafting unconstrained)."""
+    target, draft = _models()
+    engine = _engine("whitespace", k=k, target=target, draft=draft if k else None)
+    request = CompletionRequest("x = ", "\n", max_tokens=4, temperature=1.5)
+    prompt, removed = engine._build(request)
+    allowed = engine._healer.index.allowed(b" ", VOCAB)
+    assert TOK.decode(removed) == " " and not bool(allowed.all())
     engine.reset()
     logits = engine.target.forward(torch.tensor(prompt))[-1].float()
     exact = torch.softmax((logits / 1.5).masked_fill(~allowed, float("-inf")), -1).double()
     engine.reset()
-    g = torch.Generator().manual_seed(3)
     counts = torch.zeros(VOCAB, dtype=torch.float64)
-    samples = 1000
-    for _ in range(samples):
-        h = healer.heal(healer.begin(removed), engine.target, prompt, Decoding(1, params, generator=g))
-        counts[h.tokens[0]] += 1
+    samples, drafted = 1000, 0
+    for seed in range(samples):
+        c = engine.complete(dataclasses.replace(request, seed=seed))
+        counts[c.tokens[0]] += 1
+        drafted += c.stats.drafted
+    assert (drafted > 0) == (k > 0)  # the speculative case did draft
     keep = exact > 0
     assert counts[~keep].sum() == 0  # never a token outside the constraint
     expected = exact * samples
@@ -232,6 +239,18 @@ def test_healing_samples_follow_the_constrained_target() -> None:
     df = len(obs) - 1
     p = float(torch.special.gammaincc(torch.tensor(df / 2, dtype=torch.float64), torch.tensor(stat / 2, dtype=torch.float64)))
     assert p > 1e-4
+
+
+def test_greedy_healing_drafts_are_verified_under_the_constraint() -> None:
+    """Speculative rounds heal: the healing token comes out of a round that drafted (the old
+    loop generated it target-only first), and the text is target-only's."""
+    engine = _engine("prefix", k=4)
+    for prefix, suffix in PROMPTS:
+        c = engine.complete(CompletionRequest(prefix, suffix, max_tokens=12, mode="spec", profile=True))
+        first = c.timeline["rounds"][0]
+        assert first["drafted"] > 0  # the first round, which emits the healing token, verified drafts
+        target = engine.complete(CompletionRequest(prefix, suffix, max_tokens=12, mode="target"))
+        assert c.tokens == target.tokens
 
 
 def test_a_stop_string_in_the_removed_text_does_not_stop_the_completion() -> None:

@@ -22,23 +22,22 @@ One token is taken out, never more: the token before it ends on a boundary the t
 chose inside the prefix's text, which is where the model saw tokens end. "The text before the
 cursor" is the prefix's tokens, or the plain prompt's text (a tokenizer without FIM tokens).
 
-Exactness. The healing steps run on the target alone, before the speculative loop starts and in
-every mode alike: each is :func:`specd.engine.speculative.generate` asked for one token,
-target-only, with the constraint as its allowed set (``SamplingParams.allowed``, the same mask
-that keeps padding rows out), so each healing token is the target's argmax (greedy) or a draw
-from the target's warped distribution restricted to the allowed ids (sampling: masked, then
-temperature, top-k and top-p). Then the loop runs on ``prompt + healing tokens`` as on any
-prompt, with or without drafts: greedy speculative text equals greedy target-only text with
-healing on, and sampled text follows the target's (constrained, then unconstrained) distribution.
-Verifying drafts under the constraint instead would save at most a round or two per request, for
-a constraint threaded through chain and tree verification and the drafter; not worth it. The draft
-model never sees the constraint; it is prefilled (in the loop's prefill) over the prompt and the
-healing tokens, so its cache holds exactly the target's sequence.
+Exactness. Healing is a constraint on the decoding loop (``Decoding.constraint``, built by
+:meth:`Healer.constraint`): while the tokens after the prompt have not covered the removed text,
+the target's row for the next token is masked to the allowed ids, in a target step and in
+verification alike (chain and tree), and the loop runs as on any prompt, with or without drafts.
+So each healing token is the target's argmax over the allowed ids (greedy) or a draw from its
+warped distribution restricted to them (sampling: masked, then temperature, top-k and top-p); a
+draft the constraint disallows has target probability 0 and is rejected, and greedy speculative
+text equals greedy target-only text with healing on. Drafters never see the constraint: they
+draft after the prompt as usual, and the continuation cache's drafts start with the removed text.
+Until session 27 the healing tokens were generated target-only before the loop, one step each:
+two steps a request at a cursor after a newline and indentation (``"\n        "`` is covered by
+``"\n       "`` then ``" self"``), about 30 ms each on the 2-core CPU, never speculated.
 
 The vocabulary index (:class:`VocabIndex`: every ordinary token's bytes, sorted, control tokens
 left out) is built once per tokenizer (about a second for Qwen's 151k tokens, at the engine's
-start) and cached. A healed request costs one target-only step more than an unhealed one (its
-first token is not speculated), at most a few when the model covers the removed text in pieces.
+start) and cached.
 
 Measured (the quality bench's dev split, all 126 tasks in two halves of 63, ``specd bench
 --scenario quality --split dev --systems specd --token-healing MODE``, greedy, the default pair),
@@ -61,10 +60,7 @@ from typing import Callable
 import torch
 
 from specd.engine.config import HEALING
-from specd.engine.results import GenerationStats
-from specd.engine.speculative import Decoding, Prefill, generate
-from specd.engine.timeline import NO_TIMELINE, NoTimeline, Timeline
-from specd.models.protocol import CausalLM
+from specd.engine.speculative import Constraint
 from specd.models.tokenizer import Tokenizer
 
 
@@ -190,13 +186,12 @@ def vocab_index(tokenizer: Tokenizer, exclude: frozenset[int] = frozenset()) -> 
 
 @dataclass
 class Healing:
-    """One request's healing: ``removed`` (the text taken out of the prompt), the constrained
-    ``tokens`` generated for it (their text starts with ``removed``), and each step's stats."""
+    """One request's healing: ``removed`` (the text taken out of the prompt) and, once generated,
+    the constrained ``tokens`` that healed it (their text starts with ``removed``)."""
 
     removed: str
     removed_ids: list[int] = field(default_factory=list)
     tokens: list[int] = field(default_factory=list)
-    steps: list[GenerationStats] = field(default_factory=list)
     covered: bool = False  # the tokens' text holds all of ``removed`` (False: max_tokens ran out)
 
     def decoder(self, tokenizer: Tokenizer) -> Tokenizer:
@@ -209,12 +204,8 @@ class Healing:
 
     def ahead(self, ahead: list[int], tokenizer: Tokenizer) -> list[int]:
         """The previous suggestion's tokens expected after the cursor (``continuation``) as tokens
-        expected after the healing tokens: what they already wrote taken off."""
-        past = self.written(tokenizer)
-        if not past or not ahead:
-            return ahead
-        text = tokenizer.decode(ahead)
-        return tokenizer.encode(text[len(past):]) if text.startswith(past) and len(text) > len(past) else []
+        expected after the prompt, which lacks the removed text: that text and theirs, encoded."""
+        return tokenizer.encode(self.removed + tokenizer.decode(ahead)) if ahead else []
 
     def visible_tokens(self, tokens: list[int], text: str, tokenizer: Tokenizer) -> list[int]:
         """Tokens whose text is ``text``, the completion as the client sees it (the continuation
@@ -223,21 +214,6 @@ class Healing:
         if self.written(tokenizer) == "":
             return tokens[len(self.tokens):]
         return tokenizer.encode(text)
-
-    def merge(self, stats: GenerationStats) -> GenerationStats:
-        """The loop's ``stats`` (run on the prompt + healing tokens) as the whole request's: the
-        prompt and its prefill as the first healing step saw them, every step counted."""
-        if not self.steps:
-            return stats
-        first = self.steps[0]
-        stats.prompt_tokens = first.prompt_tokens
-        stats.prefill_reused = first.prefill_reused
-        stats.prefill_ms += sum(s.prefill_ms for s in self.steps)
-        stats.ttft_ms = first.ttft_ms
-        stats.total_ms += sum(s.total_ms for s in self.steps)
-        stats.new_tokens += len(self.tokens)
-        stats.rounds += sum(s.rounds for s in self.steps)
-        return stats
 
 
 class _Stripped(Tokenizer):
@@ -287,33 +263,39 @@ class Healer:
             return 0
         return 1 if self.index.extends(b) else 0
 
-    def heal(self, healing: Healing, target: CausalLM, prompt: list[int], decoding: Decoding,
-             prefill: Prefill | None = None, timeline: Timeline | NoTimeline = NO_TIMELINE,
-             poll: Callable[[], None] | None = None) -> Healing:
-        """Generate, target only, the tokens that cover ``healing.removed`` (taken out of the end of
-        ``prompt`` by :meth:`cut`), at most ``decoding.max_new_tokens``, into ``healing``.
-        ``prefill`` brings the target's cache to the prompt (the first step only; later steps
-        find it live); ``poll`` is called before each step (it raises to cancel). Leaves the
-        target's cache at ``prompt + tokens`` but the last token, as the speculative loop expects."""
-        rest = healing.removed.encode("utf-8")
-        params = decoding.params
-        n = int(params.allowed.numel()) if params.allowed is not None else target.vocab_size
-        seq = list(prompt)
-        while rest and len(healing.tokens) < decoding.max_new_tokens:
-            if poll is not None:
-                poll()
+    def constraint(self, healing: Healing, prompt_len: int, n: int, allowed: torch.Tensor | None = None) -> Constraint:
+        """The decoding loop's constraint (``Decoding.constraint``) that heals ``healing`` after a
+        prompt of ``prompt_len`` tokens: while the tokens after the prompt have not covered
+        ``healing.removed``, the next one must start with what is left of it or be a non-empty
+        prefix of it (``VocabIndex.allowed`` over ``n`` ids, and ``allowed``, the shared
+        vocabulary's mask, where given)."""
+        removed = healing.removed.encode("utf-8")
+
+        def after(seq: list[int]) -> torch.Tensor | None:
+            rest = _rest(removed, seq[prompt_len:], self.index)
+            if not rest:
+                return None
             mask = self.index.allowed(rest, n)
-            if params.allowed is not None:
-                mask = mask & params.allowed
-            step = Decoding(1, dataclasses.replace(params, allowed=mask), decoding.stop_ids, decoding.generator)
-            out, stats = generate(target, seq, step, None, 0, None, prefill, timeline)
-            if not out:  # no allowed token (cannot happen: the removed token itself is allowed)
-                break
-            token = out[0]
-            healing.tokens.append(token)
-            healing.steps.append(stats)
-            seq.append(token)
-            got = self.index.bytes[token]
-            rest = rest[len(got):] if len(got) < len(rest) else b""
-        healing.covered = not rest
-        return healing
+            return mask & allowed[:n] if allowed is not None else mask
+        return after
+
+    def absorb(self, healing: Healing, tokens: list[int]) -> None:
+        """Record which of the loop's first ``tokens`` healed ``healing``: the fewest whose text
+        covers the removed text (all of them, ``covered`` False, when they never did)."""
+        removed = healing.removed.encode("utf-8")
+        m = next((i for i in range(len(tokens) + 1) if not _rest(removed, tokens[:i], self.index)), len(tokens))
+        healing.tokens = list(tokens[:m])
+        healing.covered = not _rest(removed, healing.tokens, self.index)
+
+
+def _rest(removed: bytes, tokens: list[int], index: VocabIndex) -> bytes:
+    """What of ``removed`` ``tokens`` (the first ones after the prompt) leave to cover. Tokens are
+    taken as covering their length (the constraint allowed only those that fit); a draft that
+    did not fit is rejected before anything after it counts."""
+    rest = removed
+    for t in tokens:
+        if not rest:
+            break
+        got = index.bytes.get(t, b"")
+        rest = rest[len(got):] if len(got) < len(rest) else b""
+    return rest

@@ -28,15 +28,25 @@ from specd.engine.timeline import NO_TIMELINE, NoTimeline, Timeline
 from specd.models.protocol import CausalLM
 
 
+# The ids allowed next (``[n]`` bool over the shared vocabulary) after a sequence (the prompt, then
+# tokens generated or drafted), or None where nothing is constrained; once None for a sequence, None
+# for every sequence extending it. Token healing's: the first tokens must cover the text taken out of
+# the prompt (``specd.engine.healing``).
+Constraint = Callable[[list[int]], "torch.Tensor | None"]
+
+
 @dataclass(frozen=True)
 class Decoding:
     """What to generate: at most ``max_new_tokens``, chosen by ``params``; a token in
-    ``stop_ids`` ends generation and is not returned; ``generator`` seeds sampling."""
+    ``stop_ids`` ends generation and is not returned; ``generator`` seeds sampling;
+    ``constraint`` masks the target's rows it applies to, in verification as in a target step, so
+    every token follows the constrained target (drafts it disallows are rejected)."""
 
     max_new_tokens: int
     params: SamplingParams = SamplingParams()
     stop_ids: frozenset[int] = frozenset()
     generator: torch.Generator | None = None
+    constraint: Constraint | None = None
 
 
 # Called after each round with all tokens generated so far; returning True stops generation
@@ -134,7 +144,7 @@ def _target_step(target: CausalLM, seq: list[int], decoding: Decoding,
     with timeline.span("verify"):
         row = target.forward(torch.tensor(seq[-1:], dtype=torch.long))[-1]  # [V]
     with timeline.span("accept"):
-        logits = restrict(row, params)  # [n]: the shared vocabulary
+        logits = constrain(restrict(row, params)[None], decoding, seq, [[]])[0]  # [n]: the shared vocabulary
         if params.greedy:
             return int(torch.argmax(logits))
         return sample(warp_restricted(logits, params), decoding.generator)
@@ -167,7 +177,8 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
         scores = target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts]))  # [k+1, V]
     verify_ms = (time.perf_counter() - t0) * 1e3
     with timeline.span("accept"):
-        logits = restrict(scores, params)  # [k+1, n]
+        logits = constrain(restrict(scores, params), decoding, seq,
+                           [drafts[:i].tolist() for i in range(k + 1)])  # [k+1, n]
         if params.greedy:
             verdict = verify_greedy(logits, drafts)
         else:
@@ -192,6 +203,7 @@ def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tre
     positions = (n - 1) + torch.tensor([0] + tree.depths(parents))  # [T+1]
     feed = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])  # [T+1]
     logits = restrict(target.forward(feed, positions, tree.attention_mask(parents)), params)  # [T+1, n]
+    logits = constrain(logits, decoding, seq, [[]] + tree.paths(tokens.tolist(), parents))
     if params.greedy:
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
@@ -205,6 +217,23 @@ def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tre
     drafter.commit(n + on_chain)  # the drafter's cache holds chain drafts only
     return Round(tokens[path].tolist() + [verdict.next_token], min(proposal.chain_len, t), len(path),
                  tree_nodes=t, branch_hit=on_chain < len(path))
+
+
+def constrain(logits: torch.Tensor, decoding: Decoding, seq: list[int], extras: list[list[int]]) -> torch.Tensor:
+    """``logits`` ``[R, n]`` under ``decoding.constraint``: row ``r`` predicts the token after
+    ``seq + extras[r]``, its disallowed ids at ``-inf``. The same tensor, uncopied, when nothing
+    after ``seq`` is constrained (every round once token healing's text is covered)."""
+    c = decoding.constraint
+    if c is None or c(seq) is None:
+        return logits
+    out = logits.clone()
+    for r, extra in enumerate(extras):
+        mask = c(seq + extra)  # [n'] or None
+        if mask is not None:
+            n = min(int(mask.numel()), out.shape[-1])
+            out[r, :n].masked_fill_(~mask[:n], float("-inf"))
+            out[r, n:] = float("-inf")
+    return out
 
 
 def _one_hot(tokens: torch.Tensor, vocab: int) -> torch.Tensor:

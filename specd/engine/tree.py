@@ -49,6 +49,14 @@ def children(parents: list[int]) -> dict[int, list[int]]:
     return out
 
 
+def paths(tokens: list[int], parents: list[int]) -> list[list[int]]:
+    """Each node's tokens from the root's child down to the node itself."""
+    out: list[list[int]] = []
+    for j, parent in enumerate(parents):
+        out.append((out[parent] if parent >= 0 else []) + [tokens[j]])
+    return out
+
+
 def depths(parents: list[int]) -> list[int]:
     d: list[int] = []
     for p in parents:
