@@ -177,8 +177,9 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
         scores = target.forward(torch.cat([torch.tensor(seq[-1:], dtype=torch.long), drafts]))  # [k+1, V]
     verify_ms = (time.perf_counter() - t0) * 1e3
     with timeline.span("accept"):
-        logits = constrain(restrict(scores, params), decoding, seq,
-                           [drafts[:i].tolist() for i in range(k + 1)])  # [k+1, n]
+        logits = restrict(scores, params)  # [k+1, n]
+        if decoding.constraint is not None:
+            logits = constrain(logits, decoding, seq, [drafts[:i].tolist() for i in range(k + 1)])
         if params.greedy:
             verdict = verify_greedy(logits, drafts)
         else:
@@ -203,7 +204,8 @@ def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tre
     positions = (n - 1) + torch.tensor([0] + tree.depths(parents))  # [T+1]
     feed = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])  # [T+1]
     logits = restrict(target.forward(feed, positions, tree.attention_mask(parents)), params)  # [T+1, n]
-    logits = constrain(logits, decoding, seq, [[]] + tree.paths(tokens.tolist(), parents))
+    if decoding.constraint is not None:
+        logits = constrain(logits, decoding, seq, [[]] + tree.paths(tokens.tolist(), parents))
     if params.greedy:
         verdict = tree.verify_tree_greedy(logits, tokens, parents)
     else:
