@@ -17,23 +17,26 @@ import sys
 from collections import defaultdict
 
 
+def rounds(results: dict, mode: str = "spec") -> list[dict]:
+    """Every timed round of ``mode``'s requests."""
+    return [r for run in results["runs"] if run["mode"] == mode for r in run["timeline"]["rounds"]]
+
+
 def rounds_by_drafts(results: dict, mode: str = "spec") -> dict[int, dict]:
     """{drafted: figures} over every timed round of ``mode``'s requests."""
     groups: dict[int, list[dict]] = defaultdict(list)
-    for run in results["runs"]:
-        if run["mode"] == mode:
-            for r in run["timeline"]["rounds"]:
-                groups[r["drafted"]].append(r)
+    for r in rounds(results, mode):
+        groups[r["drafted"]].append(r)
     out = {}
-    for drafted, rounds in sorted(groups.items()):
-        tokens = sum(r["tokens"] for r in rounds)
-        ms = sum(r["ms"] for r in rounds)
+    for drafted, group in sorted(groups.items()):
+        tokens = sum(r["tokens"] for r in group)
+        ms = sum(r["ms"] for r in group)
         out[drafted] = {
-            "rounds": len(rounds),
-            "acceptance": round(sum(r["accepted"] for r in rounds) / max(1, drafted * len(rounds)), 3),
-            "draft_ms": round(statistics.median(r["phases"].get("draft", 0.0) for r in rounds), 2),
-            "verify_ms": round(statistics.median(r["phases"].get("verify", 0.0) for r in rounds), 2),
-            "tokens_per_round": round(tokens / len(rounds), 3),
+            "rounds": len(group),
+            "acceptance": round(sum(r["accepted"] for r in group) / max(1, drafted * len(group)), 3),
+            "draft_ms": round(statistics.median(r["phases"].get("draft", 0.0) for r in group), 2),
+            "verify_ms": round(statistics.median(r["phases"].get("verify", 0.0) for r in group), 2),
+            "tokens_per_round": round(tokens / len(group), 3),
             "ms_per_token": round(ms / tokens, 2),
         }
     return out
@@ -61,11 +64,10 @@ def main(argv: list[str]) -> int:
         return 2
     for path in argv:
         results = json.load(open(path))
-        groups = rounds_by_drafts(results)
-        tokens = sum(g["rounds"] * g["tokens_per_round"] for g in groups.values())
-        ms = sum(g["rounds"] * g["tokens_per_round"] * g["ms_per_token"] for g in groups.values())
-        print(json.dumps({"results": path, "by_drafts": groups, "rounds": sum(g["rounds"] for g in groups.values()),
-                          "tokens": round(tokens), "ms_per_token": round(ms / tokens, 2) if tokens else None,
+        spec = rounds(results)
+        tokens, ms = sum(r["tokens"] for r in spec), sum(r["ms"] for r in spec)
+        print(json.dumps({"results": path, "by_drafts": rounds_by_drafts(results), "rounds": len(spec),
+                          "tokens": tokens, "ms_per_token": round(ms / tokens, 2) if tokens else None,
                           "ms_to_n_tokens": {mode: {n: time_to_tokens(results, mode, n) for n in (2, 4, 8, 16)}
                                              for mode in ("spec", "target")}}, indent=1))
     return 0

@@ -216,6 +216,8 @@ class EagleHead(torch.nn.Module):
         return layer if fused_layers.supports(self._config(), [layer], torch.device("cpu")) else None
 
     def _fused_for(self, cache: EagleCache) -> FusedLayers | None:
+        """The C layer over ``cache``'s capacity; None where drafting runs the torch layer."""
+        self._inference()  # decides ``_layer``
         if self._layer is None:
             return None
         cap = cache.k.shape[1]

@@ -272,7 +272,7 @@ class Healer:
         removed = healing.removed.encode("utf-8")
 
         def after(seq: list[int]) -> torch.Tensor | None:
-            rest = _rest(removed, seq[prompt_len:], self.index)
+            _, rest = _cover(removed, seq[prompt_len:], self.index)
             if not rest:
                 return None
             mask = self.index.allowed(rest, n)
@@ -282,20 +282,20 @@ class Healer:
     def absorb(self, healing: Healing, tokens: list[int]) -> None:
         """Record which of the loop's first ``tokens`` healed ``healing``: the fewest whose text
         covers the removed text (all of them, ``covered`` False, when they never did)."""
-        removed = healing.removed.encode("utf-8")
-        m = next((i for i in range(len(tokens) + 1) if not _rest(removed, tokens[:i], self.index)), len(tokens))
+        m, rest = _cover(healing.removed.encode("utf-8"), tokens, self.index)
         healing.tokens = list(tokens[:m])
-        healing.covered = not _rest(removed, healing.tokens, self.index)
+        healing.covered = not rest
 
 
-def _rest(removed: bytes, tokens: list[int], index: VocabIndex) -> bytes:
-    """What of ``removed`` ``tokens`` (the first ones after the prompt) leave to cover. Tokens are
-    taken as covering their length (the constraint allowed only those that fit); a draft that
-    did not fit is rejected before anything after it counts."""
-    rest = removed
+def _cover(removed: bytes, tokens: list[int], index: VocabIndex) -> tuple[int, bytes]:
+    """How many of ``tokens`` (the first ones after the prompt) went into covering ``removed``,
+    and what of it they leave. Tokens are taken as covering their length (the constraint allowed
+    only those that fit); a draft that did not fit is rejected before anything after it counts."""
+    rest, used = removed, 0
     for t in tokens:
         if not rest:
             break
         got = index.bytes.get(t, b"")
         rest = rest[len(got):] if len(got) < len(rest) else b""
-    return rest
+        used += 1
+    return used, rest
