@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from specd.engine.engine import CompletionRequest
-from specd.engine.config import PromptWindows
-from specd.engine.ngram import Haystack, HybridDrafter, NgramDrafter, Outside, lookup, lookup_outside
+from specd.engine.ngram import HybridDrafter, NgramDrafter, lookup
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import Decoding, generate
 from tests.test_sampling import _chi2_pvalue, output_distribution
@@ -21,24 +20,6 @@ def test_lookup_takes_the_latest_longest_match() -> None:
     assert lookup([5, 6, 7, 5, 6], 4) == [7, 5, 6]
     assert lookup([1, 2, 3, 4], 3) == []  # no repeated tail
     assert lookup([4, 4], 3, min_ngram=1) == [4]
-
-
-def test_lookup_outside_the_prompt_takes_the_occurrence_nearest_the_cursor() -> None:
-    before = [1, 2, 30, 9, 1, 2, 31, 32]  # "1 2" twice: the later one is nearer the cursor
-    after = [4, 1, 2, 40, 41, 1, 2, 42]  # "1 2" twice: the earlier one is nearer
-    hay = Haystack(Outside(before, after))
-    assert hay.find([1, 2], 2) == [40, 41]  # 1 token from the cursor after it, 4 before it
-    assert Haystack(Outside(before, ())).find([1, 2], 3) == [31, 32]  # a continuation ends with its part
-    assert hay.find([9, 9], 2) == []
-    assert hay.find([2, 31, 32], 2) == []  # no continuation after it
-
-
-def test_lookup_tries_the_prompt_first_and_longer_matches_first() -> None:
-    hay = Haystack(Outside([5, 6, 7, 8, 50], [6, 7, 60]))
-    assert lookup_outside([1, 6, 7, 70, 5, 6, 7], 2, hay) == [8, 50]  # "5 6 7" outside beats "6 7" inside
-    assert lookup_outside([6, 7, 70, 9, 6, 7], 2, hay) == [70, 9]  # "6 7" inside beats "6 7" outside
-    assert lookup_outside([3, 6, 7], 2, hay) == [60]  # only outside: the nearer of two
-    assert lookup_outside([3, 6, 7], 2, None) == []
 
 
 def test_one_hot_drafts_keep_the_target_distribution_exactly() -> None:
@@ -123,38 +104,3 @@ def test_lookup_drafts_sample_from_the_target() -> None:
                           drafter, k=3)
         counts[tuple(out)] += 1
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
-
-
-def _ascii_engine(**config):
-    """``tiny_engine`` whose target writes printable ASCII and newlines: its other rows' logits
-    are scaled toward 0 (as ``tiny_engine`` does for the special tokens), so a completion's text
-    encodes back to the same tokens."""
-    engine = tiny_engine(k=4, drafter="ngram", **config)
-    text = [engine.tokenizer.encode(chr(b))[0] for b in [10, *range(32, 127)]]
-    others = torch.ones(engine.target.lm_head.weight.shape[0], dtype=torch.bool)
-    others[text] = False
-    with torch.no_grad():
-        engine.target.lm_head.weight[others] *= 0.01
-    return engine
-
-
-def test_drafts_from_beyond_the_windows_are_accepted_and_the_output_stays_the_targets() -> None:
-    """Text after the suffix window is not in the prompt, yet prompt lookup drafts from it: when
-    it holds what the target is about to write, those drafts are accepted, and greedy output is
-    the target's whether lookup looks there or not."""
-    windows = PromptWindows(max_prefix_tokens=64, max_suffix_tokens=8)
-    prefix, suffix = "def f(x):\n    return g(x)\n\ndef h(y):\n", "abc\nzzzzzzzz"
-    plain = _ascii_engine(windows=windows, lookup_outside=0)
-    target = plain.complete(CompletionRequest(prefix, suffix, max_tokens=24, mode="target"))
-    assert len(target.tokens) == 24 and plain.tokenizer.encode(target.text) == target.tokens
-    # the suffix window is "abc\n" either way: the same prompt, so the same target output
-    far = suffix + "\n" + target.text + "\n"
-    stats = {}
-    for outside in (0, 2048):
-        engine = _ascii_engine(windows=windows, lookup_outside=outside)
-        assert engine.prompts.build(prefix, far) == plain.prompts.build(prefix, suffix)
-        done = engine.complete(CompletionRequest(prefix, far, max_tokens=24))
-        assert done.tokens == target.tokens
-        stats[outside] = done.stats
-    assert stats[2048].accepted >= 12 and stats[0].accepted <= 4  # lookup found the text beyond the window
-    assert stats[2048].rounds < stats[0].rounds

@@ -153,11 +153,6 @@ class EngineConfig:
                                       "make the completion start with its text: whitespace (a whitespace-only "
                                       "token), prefix (any token a longer token starts with), or off")
     windows: PromptWindows = nested(PromptWindows)
-    # prompt lookup's drafts cost no model step: the request's text beyond the windows (which the
-    # target never reads) is searched too, where the prompt holds no match (specd.engine.ngram)
-    lookup_outside: int = setting(2048, check=_not_negative,
-                                  help="prompt lookup also drafts from up to this many tokens of the request's "
-                                       "text on each side beyond the prompt's windows (0: the prompt alone)")
     threads: int = setting(0, check=_not_negative, shown_default="0, the library's: all cores",
                            help="torch (and ONNX Runtime) intra-op threads")
     # auto: on the CPU, int8 | int4 on torch with specd's kernels (layers fused in C), ONNX Runtime

@@ -22,9 +22,9 @@ from specd.engine.head_drafter import DraftHeads, HeadDrafter
 from specd.engine.plan import Plan
 from specd.engine.prefill import prefill
 from specd.engine.prefix_cache import PrefixCache, block_bytes
-from specd.engine.ngram import HybridDrafter, NgramDrafter, Outside
+from specd.engine.ngram import HybridDrafter, NgramDrafter
 from specd.engine.policy import CostModel, FixedK, KPolicy, StructureK
-from specd.engine.prompt import FIM_TOKENS, Prompt, PromptBuilder
+from specd.engine.prompt import FIM_TOKENS, PromptBuilder
 from specd.engine.sampling import SamplingParams, sampling_params
 from specd.engine.structure import make_classifier
 from specd.engine.endofcode import CodeEnd
@@ -136,7 +136,7 @@ class Engine:
         self.draft = draft
         self.tokenizer = tokenizer
         self.config = config
-        self.prompts = PromptBuilder(tokenizer, config.windows, config.lookup_outside)
+        self.prompts = PromptBuilder(tokenizer, config.windows)
         self._healer = (Healer(tokenizer, config.token_healing, self.prompts.stop_ids)
                         if config.token_healing != "off" else None)
         if not (config.k == "auto" or (isinstance(config.k, int) and 0 <= config.k <= K_MAX)):
@@ -191,8 +191,7 @@ class Engine:
                   on_delta: Callable[[str], None] | None, cancelled: Callable[[], bool] | None,
                   preempted: Callable[[], bool] | None) -> Completion:
         with timeline.span("prompt"):
-            built = self._build(request)
-        prompt, removed = built.ids, built.removed
+            prompt, removed = self._build(request)
         if len(prompt) + request.max_tokens > self.config.max_len:
             raise RequestError(
                 "max_tokens",
@@ -222,7 +221,7 @@ class Engine:
             ahead = self._continuation.lookahead(request.prefix, request.suffix, self.tokenizer) if params.greedy else []
             if healing is not None:
                 ahead = healing.ahead(ahead, self.tokenizer)
-            plan = self.plan(request, prompt, ahead, Outside(built.before, built.after))
+            plan = self.plan(request, prompt, ahead)
             decoding = Decoding(request.max_tokens, params, self.prompts.stop_ids, generator, constraint)
 
             def prefill_models(prompt: list[int], with_draft: bool) -> int:
@@ -261,13 +260,11 @@ class Engine:
         """The adaptive K policy (``k="auto"``), None with a fixed K."""
         return self._policy
 
-    def plan(self, request: CompletionRequest, prompt: list[int], ahead: list[int] | None = None,
-             outside: Outside = Outside()) -> Plan:
+    def plan(self, request: CompletionRequest, prompt: list[int], ahead: list[int] | None = None) -> Plan:
         """The K policy and drafter that decode ``request``, whose prompt (less the text token
         healing took out) is ``prompt``. ``ahead``: tokens expected next (the rest of the last
         suggestion), drafted first; only a greedy request should pass them, as sampling stays
-        seeded. ``outside``: the request's tokens beyond the prompt's windows, which prompt lookup
-        searches too."""
+        seeded."""
         if request.k is not None:
             policy: KPolicy = FixedK(request.k, self.config.draft_min_prob)
         elif self._policy is not None:
@@ -278,8 +275,6 @@ class Engine:
             return Plan(policy, None)
         tree = self.config.tree == "on" if request.tree is None else request.tree
         drafter = self._tree if tree else self._chain
-        if outside and isinstance(drafter, (NgramDrafter, HybridDrafter)):
-            drafter = drafter.around(outside)
         if drafter is not None and ahead:
             drafter = LookaheadDrafter(ahead, len(prompt), drafter)
         return Plan(policy, drafter)
@@ -303,10 +298,9 @@ class Engine:
             if model is not None:
                 model.rollback(0)
 
-    def _build(self, request: CompletionRequest) -> Prompt:
-        """The request's prompt, the tokens token healing took out of its end (none when off) and
-        the tokens beyond its windows."""
-        return self.prompts.build_prompt(request.prefix, request.suffix,
+    def _build(self, request: CompletionRequest) -> tuple[list[int], list[int]]:
+        """The request's prompt and the tokens token healing took out of its end (none when off)."""
+        return self.prompts.build_healed(request.prefix, request.suffix,
                                          self._healer.cut if self._healer is not None else None)
 
     def _prefill_locked(self, prompt: list[int], with_draft: bool, between_chunks: Callable[[], None]) -> int:
@@ -332,7 +326,7 @@ class Engine:
         use, generating nothing; returns the prompt tokens now cached. ``cancelled`` is polled
         between prefill chunks; what was computed before it stays cached."""
         request.validate(self.config.max_len)
-        prompt = self._build(request).ids
+        prompt, _ = self._build(request)
         if len(prompt) > self.config.max_len:
             raise RequestError("prefix", f"the prompt ({len(prompt)} tokens) exceeds the context of "
                                          f"{self.config.max_len} tokens")

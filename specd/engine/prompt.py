@@ -7,16 +7,14 @@ start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Callable
 
 from specd.engine.config import PromptWindows
 from specd.models.tokenizer import FIM_MIDDLE, FIM_PREFIX, FIM_SUFFIX, STOP_TOKENS, Tokenizer
 
-__all__ = ["FIM_MIDDLE", "FIM_PREFIX", "FIM_SUFFIX", "FIM_TOKENS", "STOP_TOKENS", "Prompt", "PromptBuilder"]
+__all__ = ["FIM_MIDDLE", "FIM_PREFIX", "FIM_SUFFIX", "FIM_TOKENS", "STOP_TOKENS", "PromptBuilder"]
 FIM_TOKENS = 3  # <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|> in every prompt
-OUTSIDE_CHARS = 6  # characters a token of code takes, generously (Qwen's tokenizer: ~3.5 on Python)
 
 
 def quantized_cut(n: int, keep: int, step: int) -> int:
@@ -26,25 +24,10 @@ def quantized_cut(n: int, keep: int, step: int) -> int:
     return 0 if excess <= 0 else min(n, -(-excess // step) * step)
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """A request's prompt: ``ids``, the tokens token healing took out of its end (``removed``), and
-    up to ``PromptBuilder``'s ``outside`` tokens of the request's text on each side of its windows
-    (``before`` the prefix window, in order and ending nearest it; ``after`` the suffix window):
-    text the target does not read, which prompt lookup drafts from."""
-
-    ids: list[int]
-    removed: list[int] = field(default_factory=list)
-    before: list[int] = field(default_factory=list)
-    after: list[int] = field(default_factory=list)
-
-
 class PromptBuilder:
-    def __init__(self, tokenizer: Tokenizer, windows: PromptWindows = PromptWindows(), outside: int = 0) -> None:
-        """``outside``: tokens of the text beyond each window that ``build_prompt`` hands back."""
+    def __init__(self, tokenizer: Tokenizer, windows: PromptWindows = PromptWindows()) -> None:
         self.tokenizer = tokenizer
         self.windows = windows
-        self.outside = outside
         ids = {t: tokenizer.token_id(t) for t in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)}
         self.fim = None if None in ids.values() else (ids[FIM_PREFIX], ids[FIM_SUFFIX], ids[FIM_MIDDLE])
         self.stop_ids = frozenset(i for t in STOP_TOKENS if (i := tokenizer.token_id(t)) is not None)
@@ -65,10 +48,6 @@ class PromptBuilder:
         The cut moves in steps of a quarter window: while the user types, the window's start (and
         so the cached KV of everything after it) stays put for ``limit / 4`` tokens instead of
         moving with every keystroke and invalidating the whole prompt's cache."""
-        return self._prefix_window(prefix)[0]
-
-    def _prefix_window(self, prefix: str) -> tuple[str, list[int]]:
-        """``window_prefix`` and the tokens before the cut (of the encoded tail of ``prefix``)."""
         limit = self.windows.max_prefix_tokens
         span = self._span(limit)
         if len(prefix) > 2 * span:  # an enormous document: only a tail of at least 2 * limit tokens
@@ -76,30 +55,20 @@ class PromptBuilder:
             prefix = prefix[(len(prefix) - span) // quantum * quantum :]
         ids = self.tokenizer.encode(prefix)
         if len(ids) <= limit:
-            return prefix, []
+            return prefix
         cut = quantized_cut(len(ids), limit, max(1, limit // 4))
         tail = self.tokenizer.decode(ids[cut:])
         nl = tail.find("\n")
-        return (tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail), ids[:cut]
+        return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
 
     def window_suffix(self, suffix: str) -> str:
-        return self._suffix_window(suffix, 0)[0]
-
-    def _suffix_window(self, suffix: str, outside: int) -> tuple[str, list[int]]:
-        """``window_suffix`` and up to ``outside`` tokens of the text after it."""
         limit = self.windows.max_suffix_tokens
         ids = self.tokenizer.encode(suffix[: self._span(limit)])
         if len(ids) <= limit:
-            return suffix, []
+            return suffix
         head = self.tokenizer.decode(ids[:limit])
         nl = head.rfind("\n")
-        window = head[: nl + 1] if nl > 0 else head
-        if outside <= 0:
-            return window, []
-        # what follows the window, from its line start: at most OUTSIDE_CHARS characters a token
-        # encoded, so a long document costs what a window-sized one does
-        rest = suffix[len(window) : len(window) + OUTSIDE_CHARS * outside]
-        return window, self.tokenizer.encode(rest)[:outside]
+        return head[: nl + 1] if nl > 0 else head
 
     def build(self, prefix: str, suffix: str = "") -> list[int]:
         return self.build_healed(prefix, suffix)[0]
@@ -109,22 +78,12 @@ class PromptBuilder:
         """The prompt, with the last ``heal(ids)`` tokens of the text before the cursor (``ids``:
         the prefix's tokens) taken out, and the tokens taken out
         (token healing, ``specd.engine.healing``; ``heal`` None: none)."""
-        built = self.build_prompt(prefix, suffix, heal)
-        return built.ids, built.removed
-
-    def build_prompt(self, prefix: str, suffix: str = "",
-                     heal: Callable[[list[int]], int] | None = None) -> Prompt:
-        """``build_healed``'s prompt and removed tokens, with up to ``outside`` tokens of the text
-        beyond each window (``Prompt``)."""
-        prefix, before = self._prefix_window(prefix)
-        before = before[max(0, len(before) - self.outside) :]
+        prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
         if self.fim is None:  # no FIM tokens: plain left-to-right completion
-            ids, removed = _cut(self.tokenizer.encode(prefix), heal)
-            return Prompt(ids, removed, before)
-        suffix, after = self._suffix_window(suffix, self.outside)
+            return _cut(self.tokenizer.encode(prefix), heal)
         p, s, m = self.fim
         pre, removed = _cut(self.tokenizer.encode(prefix), heal)
-        return Prompt([p, *pre, s, *self.tokenizer.encode(suffix), m], removed, before, after)
+        return [p, *pre, s, *self.tokenizer.encode(suffix), m], removed
 
 
 def _cut(ids: list[int], heal: Callable[[list[int]], int] | None) -> tuple[list[int], list[int]]:
