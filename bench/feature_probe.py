@@ -163,8 +163,9 @@ def main() -> int:
             ys.append(index[g[1:]])
         return torch.cat(xs), torch.cat(ys)
 
-    results = {"command": "python bench/feature_probe.py " + " ".join(f"--{k.replace('_', '-')} {v}" for k, v in
-                                                                        vars(args).items() if k != "out"),
+    flags = [f"--{k.replace('_', '-')} {' '.join(map(str, v)) if isinstance(v, list) else v}"
+             for k, v in vars(args).items() if k != "out"]
+    results = {"command": "python bench/feature_probe.py " + " ".join(flags),
                "layers": list(layers), "probes": {}}
     for name, names in (("last", ("last",)), ("layers", (f"in{layers[0]}", f"in{layers[1]}", "last"))):
         xs, ys = table("train", names)
