@@ -64,9 +64,12 @@ def main() -> int:
     ap.add_argument("--short", type=int, default=12)
     ap.add_argument("--long", type=int, default=40)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--context-bias", type=float, default=EngineConfig().head_context_bias,
+                    help="EAGLE drafts' lean toward the context's tokens (the engine's head_context_bias; 0: off)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    engine = build_engine(EngineConfig(drafter="heads", heads=str(args.heads), k=args.k, threads=args.threads))
+    engine = build_engine(EngineConfig(drafter="heads", heads=str(args.heads), k=args.k, threads=args.threads,
+                                      head_context_bias=args.context_bias))
     rows = []
     for pid, prefix, suffix in prompts(args, engine.tokenizer.decode):
         row = {"id": pid}
@@ -84,6 +87,7 @@ def main() -> int:
         return round(a / d, 4) if d > 0 else None
 
     summary = {"machine": machine_info(), "command": " ".join(sys.argv), "k": args.k, "prompts": len(rows),
+               "context_bias": args.context_bias,
                f"acceptance, {args.long} tokens": rate(args.long),
                f"acceptance, the first {args.short}": rate(args.short),
                f"acceptance, tokens {args.short + 1}-{args.long}": rate(args.long, args.short)}

@@ -42,6 +42,7 @@ from specd.models.int_linear import QK, Q8Linear, row_bytes
 FORMAT = "specd-eagle-1"
 RowReader = Callable[[torch.Tensor], torch.Tensor]  # token ids [n] -> float32 rows [n, H]
 MATRICES = ("fc", "wq", "wk", "wv", "wo", "gate", "up", "down", "head")  # drafting runs these as INT8 rows
+EXTRA_ROWS = 8192  # output rows ``favour`` keeps for tokens outside the sub-vocabulary (~50 MB float32)
 PARAMS = ("fc", "in_norm", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "post_norm", "gate", "up", "down")
 
 
@@ -75,6 +76,19 @@ def _mm(x: torch.Tensor, w: "torch.Tensor | Q8Linear") -> torch.Tensor:
     return x @ w.T if isinstance(w, torch.Tensor) else w(x)
 
 
+@dataclass(frozen=True)
+class Favour:
+    """Tokens the drafts lean to (``EagleHead.favour``): ``bias`` is added to their logits before
+    a draft's top token is taken. ``sub`` ``[m]``: their places in the sub-vocabulary;
+    ``extra_ids`` ``[e]``: those outside it, candidates only here, with their output rows
+    ``extra_rows`` ``[e, H]`` (the target's)."""
+
+    sub: torch.Tensor
+    extra_ids: torch.Tensor
+    extra_rows: torch.Tensor
+    bias: float
+
+
 @dataclass
 class EagleCache:
     """The head's keys and values, one row per position it has seen: ``k``, ``v``
@@ -97,9 +111,11 @@ class EagleHead(torch.nn.Module):
     ``ids`` ``[V']``, ``embed_rows`` the target's embedding rows by token id."""
 
     def __init__(self, shape: EagleShape, head: torch.Tensor, ids: torch.Tensor, embed_rows: RowReader,
-                 fused: bool = True) -> None:
+                 fused: bool = True, out_rows: RowReader | None = None) -> None:
         """``fused``: draft through the target's fused C decoder layer where it can run (the
-        torch layer otherwise; both give the same numbers up to float rounding)."""
+        torch layer otherwise; both give the same numbers up to float rounding). ``out_rows``:
+        the target's output rows by token id, for favoured tokens outside the sub-vocabulary
+        (``favour``; None: those are not drafted)."""
         super().__init__()
         if ids.numel() != head.shape[0]:
             raise ValueError(f"{ids.numel()} sub-vocabulary ids for {head.shape[0]} head rows")
@@ -118,6 +134,9 @@ class EagleHead(torch.nn.Module):
         self.register_buffer("head", head.float())  # [V', H]
         self.register_buffer("ids", ids.long())  # [V']
         self.embed_rows = embed_rows
+        self.out_rows = out_rows
+        self._places: torch.Tensor | None = None  # [max id + 1]: a token's row in ``head``, or -1
+        self._extra: dict[int, torch.Tensor] = {}  # output rows read for favoured tokens, by id
         self.fused = fused
         self._infer: dict[str, torch.Tensor] | None = None
         self._layer: dict[str, torch.Tensor | Q8Linear] | None = None  # the layer's weights as the C layer reads them
@@ -126,7 +145,7 @@ class EagleHead(torch.nn.Module):
     def with_vocabulary(self, head: torch.Tensor, ids: torch.Tensor) -> "EagleHead":
         """This head's layer (its parameters copied) over another sub-vocabulary: ``head``
         ``[V'', H]`` the target's output rows of ``ids`` ``[V'']``."""
-        out = EagleHead(self.shape, head, ids, self.embed_rows, self.fused)
+        out = EagleHead(self.shape, head, ids, self.embed_rows, self.fused, self.out_rows)
         with torch.no_grad():
             for name in PARAMS:
                 getattr(out, name).copy_(getattr(self, name))
@@ -267,34 +286,66 @@ class EagleHead(torch.nn.Module):
         cache.tokens.extend(tokens)
         return out
 
+    def favour(self, tokens: torch.Tensor, bias: float) -> Favour:
+        """The drafts' lean toward ``tokens`` (ids, repeats allowed): ``bias`` added to each one's
+        logit. Those outside the sub-vocabulary become candidates too, where ``out_rows`` can read
+        their output rows (kept once read: a file's identifiers recur from round to round)."""
+        if self._places is None:
+            self._places = torch.full((int(self.ids.max()) + 1,), -1, dtype=torch.long)
+            self._places[self.ids] = torch.arange(self.ids.numel())
+        uniq = torch.unique(tokens.long())  # [u]
+        where = torch.full_like(uniq, -1)
+        inside = uniq < self._places.numel()
+        where[inside] = self._places[uniq[inside]]
+        outside = uniq[where < 0] if self.out_rows is not None else uniq[:0]
+        missing = [t for t in outside.tolist() if t not in self._extra]
+        if missing:
+            if len(self._extra) + len(missing) > EXTRA_ROWS:
+                self._extra.clear()
+            rows = self.out_rows(torch.tensor(missing, dtype=torch.long)).to(self._draft_dtype())  # [m, H]
+            self._extra.update(zip(missing, rows))
+        rows = (torch.stack([self._extra[t] for t in outside.tolist()]) if outside.numel()
+                else torch.zeros(0, self.shape.hidden, dtype=self._draft_dtype()))  # [e, H]
+        return Favour(where[where >= 0], outside, rows, bias)
+
     @torch.inference_mode()
     def draft(self, cache: EagleCache, feature: torch.Tensor, token: int, k: int,
               more: Callable[[list[float]], bool] | None = None,
-              keep: Callable[[float, int], bool] | None = None) -> tuple[list[int], list[float]]:
+              keep: Callable[[float, int], bool] | None = None,
+              favour: Favour | None = None) -> tuple[list[int], list[float]]:
         """Up to ``k`` drafts after ``token`` from the target's feature ``[H]`` at the cache's next
         position (that row, the target's own, stays in the cache); see ``draft_after``."""
         f = self.extend(cache, feature.reshape(1, -1), [token])  # [1, H]: the row is the target's
-        return self.draft_after(cache, f, k, more, keep)
+        return self.draft_after(cache, f, k, more, keep, favour)
 
     @torch.inference_mode()
     def draft_after(self, cache: EagleCache, f: torch.Tensor, k: int,
                     more: Callable[[list[float]], bool] | None = None,
-                    keep: Callable[[float, int], bool] | None = None) -> tuple[list[int], list[float]]:
+                    keep: Callable[[float, int], bool] | None = None,
+                    favour: Favour | None = None) -> tuple[list[int], list[float]]:
         """Up to ``k`` drafts from ``f`` ``[1, H]``, the head's output at the cache's last row
         (``extend``'s last row: the caller fuses the rows it catches up on with the target's own
         last one in a single forward). Each draft's row stays in the cache only while drafting:
         the cache is rolled back to where it was. ``more`` / ``keep`` as in
-        ``RecurrentHead.draft``. Returns (tokens, top probabilities)."""
+        ``RecurrentHead.draft``; ``favour``: tokens the drafts lean to (``favour()``), their
+        probabilities those of the biased logits. Returns (tokens, top probabilities)."""
         p = self._inference()
         base = cache.length
         tokens: list[int] = []
         tops: list[float] = []
+        sub = self.ids.numel()
         for i in range(k):
-            prob = torch.softmax(_mm(f, p["head"]).float(), -1)[0]  # [V']
+            logits = _mm(f, p["head"]).float()  # [1, V']
+            if favour is not None:
+                logits[0, favour.sub] += favour.bias
+                if favour.extra_ids.numel():
+                    extra = (f @ favour.extra_rows.T).float() + favour.bias  # [1, e]
+                    logits = torch.cat([logits, extra], 1)  # [1, V' + e]
+            prob = torch.softmax(logits, -1)[0]
             top, at = prob.max(0)
             if keep is not None and not keep(float(top), i):
                 break
-            tokens.append(int(self.ids[at]))
+            tokens.append(int(self.ids[at]) if at < sub else int(favour.extra_ids[at - sub]))
             tops.append(float(top))
             # the next draft's row only if it will be drafted (asked before its forward is paid)
             if i + 1 >= k or cache.length >= cache.k.shape[1] or (more is not None and not more(tops)):

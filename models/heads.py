@@ -142,7 +142,8 @@ def _metadata(path: Path) -> dict[str, str]:
 def load(path: Path, head_rows: "RowReader", embed_rows: "RowReader | None" = None
          ) -> "MedusaHeads | RecurrentHead | EagleHead":
     """A heads file, its shared head rows (and a recurrent or EAGLE head's embedding rows) read
-    from the target (``head_rows(ids)`` -> float32 ``[V', H]``)."""
+    from the target (``head_rows(ids)`` -> float32 ``[V', H]``; an EAGLE head also reads rows
+    outside its sub-vocabulary through it, for the tokens its drafts favour)."""
     meta = _metadata(path)
     fmt, info = meta["format"], HeadsInfo(**json.loads(meta["info"]))
     tensors = load_file(str(path))
@@ -151,7 +152,7 @@ def load(path: Path, head_rows: "RowReader", embed_rows: "RowReader | None" = No
         if embed_rows is None:
             raise ModelError(f"{path}: an EAGLE head needs the target's embedding rows")
         shape = EagleShape(**json.loads(meta["shape"]))
-        eagle = EagleHead(shape, head_rows(ids), ids, embed_rows)
+        eagle = EagleHead(shape, head_rows(ids), ids, embed_rows, out_rows=head_rows)
         with torch.no_grad():
             for name in PARAMS:
                 getattr(eagle, name).copy_(tensors[name].float())

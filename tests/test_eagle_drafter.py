@@ -24,7 +24,8 @@ def _eagle(target, seed: int = 0, scale: float = 0.3, vocab: int | None = None) 
     ids = torch.arange(v) if vocab is None else torch.randperm(v, generator=g)[:vocab].sort().values
     torch.manual_seed(seed)
     head = EagleHead(EagleShape(h, heads=4, kv_heads=2, head_dim=8, width=48), target.lm_head.weight.float()[ids],
-                     ids, lambda rows: target.embed[rows].float())
+                     ids, lambda rows: target.embed[rows].float(),
+                     out_rows=lambda rows: target.lm_head.weight.float()[rows])
     with torch.no_grad():
         head.wo.normal_(0, scale)
         head.down.normal_(0, scale)
@@ -33,16 +34,51 @@ def _eagle(target, seed: int = 0, scale: float = 0.3, vocab: int | None = None) 
 
 @pytest.mark.parametrize("k", [1, 3, 5])
 @pytest.mark.parametrize("vocab", [None, 40])
-def test_greedy_matches_target_with_eagle_drafts(k: int, vocab: int | None) -> None:
+@pytest.mark.parametrize("bias", [0.0, 2.0])
+def test_greedy_matches_target_with_eagle_drafts(k: int, vocab: int | None, bias: float) -> None:
+    """Whatever the drafts lean to (``context_bias``: the context's tokens, some outside the
+    sub-vocabulary), greedy output is the target's."""
     target = tiny_decoder(seed=0, dtype=torch.bfloat16)
     prompt = [3, 17, 42, 8, 8, 61, 5]
     plain, _ = generate(target, prompt, Decoding(40))
     target.reset()
-    drafter = EagleDrafter(target, _eagle(target, vocab=vocab))
+    drafter = EagleDrafter(target, _eagle(target, vocab=vocab), context_bias=bias)
     spec, stats = generate(target, prompt, Decoding(40), drafter, k=k)
     assert spec == plain
     assert stats.drafted > 0
     assert drafter.rounds_without_state == 0  # the prefill handed its features over: even round 1 drafts
+
+
+def test_drafts_lean_to_the_contexts_last_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``context_bias``: a bias large enough makes every draft one of the sequence's last
+    ``CONTEXT`` tokens, read before the round; without it the same head drafts others too."""
+    from specd.engine import eagle_drafter
+
+    target = tiny_decoder(seed=0, dtype=torch.bfloat16)
+    prompt = [3, 17, 42, 8, 8, 61, 5, 29, 30, 31]
+
+    def drafts(bias: float, context: int) -> list[tuple[int, set[int]]]:
+        target.reset()
+        drafter = EagleDrafter(target, _eagle(target, vocab=40), context_bias=bias)
+        seen: list[tuple[int, set[int]]] = []
+        propose = drafter.propose
+
+        def recorded(seq, *a, **kw):
+            chain = propose(seq, *a, **kw)
+            seen.extend((int(t), set(seq[-context:])) for t in chain.tokens)
+            return chain
+
+        drafter.propose = recorded
+        generate(target, prompt, Decoding(30), drafter, k=3)
+        return seen
+
+    leaning = drafts(1e4, eagle_drafter.CONTEXT)
+    assert len(leaning) > 10 and all(t in ctx for t, ctx in leaning)
+    plain = drafts(0.0, eagle_drafter.CONTEXT)
+    assert any(t not in ctx for t, ctx in plain)
+    monkeypatch.setattr(eagle_drafter, "CONTEXT", 2)
+    narrow = drafts(1e4, 2)
+    assert narrow and all(t in ctx for t, ctx in narrow)  # the window is the last CONTEXT tokens
 
 
 def test_the_heads_context_is_the_targets_features_in_order() -> None:
@@ -148,9 +184,10 @@ def test_a_round_pays_one_head_forward_per_draft() -> None:
     assert all(n == d for n, d in per_round), str(per_round)
 
 
-def test_eagle_drafts_sample_from_the_target() -> None:
+@pytest.mark.parametrize("bias", [0.0, 3.0])
+def test_eagle_drafts_sample_from_the_target(bias: float) -> None:
     """Sampling: the joint distribution of the first two tokens with EAGLE drafts is the target's
-    exact one (chi-square)."""
+    exact one (chi-square), with the drafts leaning to the context's tokens too."""
     target = tiny_decoder(seed=4, vocab=10, hidden=16)
     head = _eagle(target, seed=5, scale=1.0)
     prompt, v, samples = [1, 2, 3], 10, 20_000
@@ -164,7 +201,7 @@ def test_eagle_drafts_sample_from_the_target() -> None:
     g = torch.Generator().manual_seed(0)
     counts = torch.zeros(v, v, dtype=torch.float64)
     drafted = 0
-    drafter = EagleDrafter(target, head)
+    drafter = EagleDrafter(target, head, context_bias=bias)
     for _ in range(samples):
         target.reset()
         out, stats = generate(target, prompt, Decoding(3, SamplingParams(temperature=1.0), generator=g), drafter, k=2)

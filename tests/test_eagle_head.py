@@ -78,6 +78,64 @@ def test_draft_leaves_the_cache_one_row_longer() -> None:
     assert cache.length == 7 and len(again) == 4
 
 
+def _sub_head(sub: int = 20, seed: int = 7) -> tuple[EagleHead, torch.Tensor]:
+    """A head over a sub-vocabulary of ``sub`` of the V ids (the even ones first), reading any
+    other id's output row from ``rows``; returns it and ``rows`` ``[V, H]``."""
+    g = torch.Generator().manual_seed(seed)
+    table, rows = torch.randn(V, H, generator=g), torch.randn(V, H, generator=g)
+    ids = torch.arange(0, V, 2)[:sub]
+    torch.manual_seed(seed)
+    head = EagleHead(EagleShape(H, heads=4, kv_heads=2, head_dim=8, width=64), rows[ids], ids,
+                     lambda t: table[t], out_rows=lambda t: rows[t])
+    with torch.no_grad():
+        head.wo.normal_(0, 0.3)
+        head.down.normal_(0, 0.3)
+    return head, rows
+
+
+def _first_draft(head: EagleHead, favour=None) -> tuple[int, float, torch.Tensor]:
+    """The head's first draft from a fixed cache and feature: (token, its probability, ``f̂``)."""
+    g = torch.Generator().manual_seed(11)
+    cache = head.new_cache(16)
+    head.extend(cache, torch.randn(4, H, generator=g), [1, 2, 3, 4])
+    f = head.extend(cache, torch.randn(1, H, generator=g), [5])
+    tokens, tops = head.draft_after(cache, f, 1, favour=favour)
+    return tokens[0], tops[0], f.float()
+
+
+def test_favoured_tokens_are_drafted_from_the_biased_distribution() -> None:
+    """``favour``: every favoured id gets the bias on its logit, in the sub-vocabulary or outside
+    it (its output row read then), and the draft is the top of that distribution, with its
+    probability."""
+    head, rows = _sub_head()
+    plain, _, f = _first_draft(head)
+    logits = (f @ rows.T)[0]  # [V]: every id's logit, as the head's output rows give it
+    in_sub = torch.zeros(V, dtype=torch.bool)
+    in_sub[head.ids] = True
+    assert plain == int(logits.masked_fill(~in_sub, float("-inf")).argmax())
+    order = logits.argsort(descending=True).tolist()
+    inside = next(t for t in order if in_sub[t] and t != plain)  # the runner-up in the sub-vocabulary
+    outside = next(t for t in order if not in_sub[t])  # the best id the sub-vocabulary lacks
+    favoured = torch.tensor([inside, outside, inside, V - 1])  # repeats are harmless; V - 1: beyond every sub id
+    for bias in (0.5, 4.0, 40.0):
+        favour = head.favour(favoured, bias)
+        biased = logits + bias * torch.isin(torch.arange(V), favoured).float()
+        expected = biased.masked_fill(~(in_sub | torch.isin(torch.arange(V), favoured)), float("-inf"))
+        token, prob, _ = _first_draft(head, favour)
+        assert token == int(expected.argmax())
+        assert prob == pytest.approx(float(torch.softmax(expected, -1).max()), rel=1e-3)
+    assert token in favoured.tolist()  # a large enough bias always drafts a favoured id
+
+
+def test_a_head_without_output_rows_favours_its_sub_vocabulary_only() -> None:
+    head, rows = _sub_head()
+    head.out_rows = None
+    outside = torch.tensor([t for t in range(V) if t not in set(head.ids.tolist())][:5])
+    favour = head.favour(outside, 100.0)
+    assert favour.extra_ids.numel() == 0 and favour.sub.numel() == 0
+    assert _first_draft(head, favour)[0] == _first_draft(head)[0]
+
+
 def _split(head: EagleHead, seed: int, windows: int = 3, n: int = 12, k: int = 3) -> Split:
     """Windows whose labels are the head's own greedy chain from every position (so a perfect
     evaluator scores 1.0 wherever the corpus follows them)."""

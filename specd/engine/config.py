@@ -123,6 +123,12 @@ class EngineConfig:
                            help="draft tokens per round, or 'auto' (chosen per round; requests may override)")
     draft_min_prob: float = setting(0.0, check=_probability,
                                     help="the model drafter ends a round when its top probability falls below this")
+    # 2.0 by measurement (bench/RESULTS.md, session 29): on the dev race tasks' first drafts in
+    # decoding, +2 on the logits of the last 256 tokens' ids took the shipped head from 0.401 to
+    # 0.450 (the target copies identifiers from the context more readily than the head predicts)
+    head_context_bias: float = setting(2.0, check=_not_negative,
+                                       help="EAGLE drafts: added to the head's logit of every token among the "
+                                            "sequence's last 256 (0: off); drafts only, the output is unchanged")
     tree: str = setting("off", choices=TREE,
                         help="token trees: verify several candidates where the draft is unsure")
     tree_width: int = setting(3, check=_positive, help="candidates per uncertain draft position with --tree on")

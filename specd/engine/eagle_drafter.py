@@ -17,7 +17,10 @@ positions at most (the head was trained on windows of 512).
 
 Drafts are the head's top tokens, verified as one-hot proposals (as ``head_drafter``): in greedy
 mode a draft is accepted when it is the target's greedy token, so the output is exactly the
-target's either way.
+target's either way. That leaves the drafts free to lean to the context: with ``context_bias``
+every token among the sequence's last ``CONTEXT`` gets that much added to its logit (tokens
+outside the head's sub-vocabulary become candidates then). The target copies the file's own
+identifiers more readily than one decoder layer predicts (bench/RESULTS.md, session 29).
 """
 
 from __future__ import annotations
@@ -35,16 +38,20 @@ from specd.models.kv_cache import common_prefix
 from specd.models.protocol import CausalLM
 
 
+CONTEXT = 256  # the tokens ``context_bias`` favours: the sequence's last this many (chosen with it)
+
+
 class EagleDrafter:
     """See the module docstring."""
 
-    def __init__(self, target: CausalLM, head: EagleHead, window: int = 512) -> None:
+    def __init__(self, target: CausalLM, head: EagleHead, window: int = 512, context_bias: float = 0.0) -> None:
         if not target.watch_hidden(self._sink):
             raise UnsupportedDrafter("an EAGLE head needs a target runtime that hands over its hidden states "
                                      "(the torch Decoder, GGUF or quantized)")
         self.target = target
         self.head = head
         self.window = window
+        self.context_bias = context_bias
         cap = target.max_len
         self.features = torch.zeros(cap, head.shape.hidden, dtype=torch.bfloat16)  # [cap, H] by position
         self.feature_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence they were computed from
@@ -124,7 +131,8 @@ class EagleDrafter:
             self.catch_up_ms = self.first.catch_up(ms, ms * (rows - self.round_rows) / rows)
         else:
             self.first.observe(ms)
-        drafts, _ = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps)
+        favour = self.head.favour(tokens[-CONTEXT:], self.context_bias) if self.context_bias > 0 else None
+        drafts, _ = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps, favour)
         self.cache_tokens[: len(seq)] = tokens
         self.round_rows = len(drafts) + 1
         # [k], one-hot proposals
