@@ -327,8 +327,11 @@ class EagleHead(torch.nn.Module):
         (``extend``'s last row: the caller fuses the rows it catches up on with the target's own
         last one in a single forward). Each draft's row stays in the cache only while drafting:
         the cache is rolled back to where it was. ``more`` / ``keep`` as in
-        ``RecurrentHead.draft``; ``favour``: tokens the drafts lean to (``favour()``), their
-        probabilities those of the biased logits. Returns (tokens, top probabilities)."""
+        ``RecurrentHead.draft``; ``favour``: tokens the drafts lean to (``favour()``). A draft's
+        probability is the head's own for it, without the bias, over the same candidates: the
+        biased distribution's top was over-confident (0.53 against 0.45 right on the dev tasks,
+        bench/RESULTS.md, session 29) and K auto's gate reads it as the draft's acceptance.
+        Returns (tokens, probabilities)."""
         p = self._inference()
         base = cache.length
         tokens: list[int] = []
@@ -336,13 +339,15 @@ class EagleHead(torch.nn.Module):
         sub = self.ids.numel()
         for i in range(k):
             logits = _mm(f, p["head"]).float()  # [1, V']
+            own = logits
             if favour is not None:
-                logits[0, favour.sub] += favour.bias
                 if favour.extra_ids.numel():
-                    extra = (f @ favour.extra_rows.T).float() + favour.bias  # [1, e]
-                    logits = torch.cat([logits, extra], 1)  # [1, V' + e]
-            prob = torch.softmax(logits, -1)[0]
-            top, at = prob.max(0)
+                    logits = torch.cat([logits, (f @ favour.extra_rows.T).float()], 1)  # [1, V' + e]
+                own = logits.clone()
+                logits[0, favour.sub] += favour.bias
+                logits[0, sub:] += favour.bias
+            at = int(logits[0].argmax())
+            top = torch.softmax(own, -1)[0, at]  # [V' (+ e)]: the pick's probability without the bias
             if keep is not None and not keep(float(top), i):
                 break
             tokens.append(int(self.ids[at]) if at < sub else int(favour.extra_ids[at - sub]))

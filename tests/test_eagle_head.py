@@ -105,8 +105,8 @@ def _first_draft(head: EagleHead, favour=None) -> tuple[int, float, torch.Tensor
 
 def test_favoured_tokens_are_drafted_from_the_biased_distribution() -> None:
     """``favour``: every favoured id gets the bias on its logit, in the sub-vocabulary or outside
-    it (its output row read then), and the draft is the top of that distribution, with its
-    probability."""
+    it (its output row read then), and the draft is the top of that distribution, with the
+    head's own probability for it (over the same candidates, without the bias)."""
     head, rows = _sub_head()
     plain, _, f = _first_draft(head)
     logits = (f @ rows.T)[0]  # [V]: every id's logit, as the head's output rows give it
@@ -120,10 +120,12 @@ def test_favoured_tokens_are_drafted_from_the_biased_distribution() -> None:
     for bias in (0.5, 4.0, 40.0):
         favour = head.favour(favoured, bias)
         biased = logits + bias * torch.isin(torch.arange(V), favoured).float()
-        expected = biased.masked_fill(~(in_sub | torch.isin(torch.arange(V), favoured)), float("-inf"))
+        candidates = in_sub | torch.isin(torch.arange(V), favoured)
+        expected = biased.masked_fill(~candidates, float("-inf"))
         token, prob, _ = _first_draft(head, favour)
         assert token == int(expected.argmax())
-        assert prob == pytest.approx(float(torch.softmax(expected, -1).max()), rel=1e-3)
+        own = torch.softmax(logits.masked_fill(~candidates, float("-inf")), -1)
+        assert prob == pytest.approx(float(own[token]), rel=1e-3)
     assert token in favoured.tolist()  # a large enough bias always drafts a favoured id
 
 
