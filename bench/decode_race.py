@@ -23,7 +23,9 @@ and with ``--heads FILE`` one more mode per ``--heads-drafter`` (default ``heads
 list, e.g. ``heads+ngram,auto``), named after it: a daemon each, ``--drafter D --heads FILE``, K auto
 (all daemons stay up, requests alternating among all modes, so every drafter meets the same moment).
 Several heads files race as ``--heads NAME=FILE`` given once each, their modes named ``D@NAME``
-(a head fine-tuned on a repository beside the shipped one, say).
+(a head fine-tuned on a repository beside the shipped one, say). ``--variant NAME="FLAGS"`` adds a
+mode NAME: a daemon with these extra ``specd serve`` flags (a setting raced against its default,
+``--variant nobias="--head-context-bias 0"``).
 With ``--cold N`` each task is first answered cold (N new tokens, the prompt never seen) by every
 daemon and llama-server, alternating, timed: the editor's first request in a file, where what a
 drafter costs at prefill (the draft model's own prompt pass) shows. Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -110,6 +113,9 @@ def main() -> int:
     ap.add_argument("--cold", type=int, default=0,
                     help="first answer each task cold with this many new tokens in every daemon (and "
                          "llama-server), timed: what the editor's first request in a file waits (0: off)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help='NAME="FLAGS", given once per variant: adds a mode NAME, a daemon with these extra '
+                         '`specd serve` flags')
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -120,15 +126,21 @@ def main() -> int:
     files = [h.split("=", 1) if "=" in h else ["", h] for h in args.heads]
     if len(files) > 1 and not all(name for name, _ in files):
         raise SystemExit("--heads: name each file (NAME=FILE) when racing several")
-    head_modes = {(f"{d}@{name}" if name else d): (d, path) for name, path in files for d in drafters}
+    head_modes = {(f"{d}@{name}" if name else d): ["--drafter", d, "--heads", path]
+                  for name, path in files for d in drafters}
+    for v in args.variant:
+        name, _, flags = v.partition("=")
+        if not name or name in MODES or name in head_modes:
+            raise SystemExit(f"--variant: {v!r}: name it NAME=FLAGS, a name no other mode has")
+        head_modes[name] = shlex.split(flags)
     modes += [m for m in head_modes if m not in modes]
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
     daemons = {"spec": specd, "target": specd}
-    for m, (d, path) in head_modes.items():
-        daemons[m] = Specd(["--threads", str(args.threads), *args.specd_args, "--drafter", d, "--heads", path])
+    for m, flags in head_modes.items():
+        daemons[m] = Specd(["--threads", str(args.threads), *args.specd_args, *flags])
     extra = [daemons[d] for d in head_modes]
     bins = find_binaries()
     if "llama" in modes and bins is None:
