@@ -126,22 +126,23 @@ def main() -> int:
     files = [h.split("=", 1) if "=" in h else ["", h] for h in args.heads]
     if len(files) > 1 and not all(name for name, _ in files):
         raise SystemExit("--heads: name each file (NAME=FILE) when racing several")
-    head_modes = {(f"{d}@{name}" if name else d): ["--drafter", d, "--heads", path]
-                  for name, path in files for d in drafters}
+    # the modes beyond spec, target and llama: each a daemon of its own, by its extra serve flags
+    extra_modes = {(f"{d}@{name}" if name else d): ["--drafter", d, "--heads", path]
+                   for name, path in files for d in drafters}
     for v in args.variant:
         name, _, flags = v.partition("=")
-        if not name or name in MODES or name in head_modes:
+        if not name or name in MODES or name in extra_modes:
             raise SystemExit(f"--variant: {v!r}: name it NAME=FLAGS, a name no other mode has")
-        head_modes[name] = shlex.split(flags)
-    modes += [m for m in head_modes if m not in modes]
+        extra_modes[name] = shlex.split(flags)
+    modes += [m for m in extra_modes if m not in modes]
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
     daemons = {"spec": specd, "target": specd}
-    for m, flags in head_modes.items():
+    for m, flags in extra_modes.items():
         daemons[m] = Specd(["--threads", str(args.threads), *args.specd_args, *flags])
-    extra = [daemons[d] for d in head_modes]
+    extra = [daemons[d] for d in extra_modes]
     bins = find_binaries()
     if "llama" in modes and bins is None:
         raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
@@ -222,7 +223,7 @@ def main() -> int:
         summary["target / spec (speedup)"] = round(med["target"] / med["spec"], 3)
         per = [r["target_ms_per_token"] / r["spec_ms_per_token"] for r in counted]
         summary["speedup per task median"] = round(statistics.median(per), 3) if per else None
-    for d in head_modes:
+    for d in extra_modes:
         if med.get(d) and med.get("target"):
             summary[f"target / {d} (speedup)"] = round(med["target"] / med[d], 3)
             per = [r["target_ms_per_token"] / r[f"{d}_ms_per_token"] for r in counted]

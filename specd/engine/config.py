@@ -125,7 +125,8 @@ class EngineConfig:
                                     help="the model drafter ends a round when its top probability falls below this")
     # 2.0 by measurement (bench/RESULTS.md, session 29): on the dev race tasks' first drafts in
     # decoding, +2 on the logits of the last 256 tokens' ids took the shipped head from 0.401 to
-    # 0.450 (the target copies identifiers from the context more readily than the head predicts)
+    # 0.450 (the target copies identifiers from the context more readily than the head predicts);
+    # through the daemon, with prompt lookup in front, it decodes level with 0 (same-run races)
     head_context_bias: float = setting(2.0, check=_not_negative,
                                        help="EAGLE drafts: added to the head's logit of every token among the "
                                             "sequence's last 256 (0: off); drafts only, the output is unchanged")
