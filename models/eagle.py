@@ -89,6 +89,17 @@ class Favour:
     bias: float
 
 
+@dataclass(frozen=True)
+class Drafts:
+    """A chain the head drafted: ``tokens``, each one's probability (the head's own, see
+    ``draft_after``) in ``probs``, and ``others``: the head's next choices at the first position,
+    best first (as many as asked; the first draft is not among them)."""
+
+    tokens: list[int]
+    probs: list[float]
+    others: list[int] = field(default_factory=list)
+
+
 @dataclass
 class EagleCache:
     """The head's keys and values, one row per position it has seen: ``k``, ``v``
@@ -312,17 +323,17 @@ class EagleHead(torch.nn.Module):
     def draft(self, cache: EagleCache, feature: torch.Tensor, token: int, k: int,
               more: Callable[[list[float]], bool] | None = None,
               keep: Callable[[float, int], bool] | None = None,
-              favour: Favour | None = None) -> tuple[list[int], list[float]]:
+              favour: Favour | None = None, others: int = 0) -> Drafts:
         """Up to ``k`` drafts after ``token`` from the target's feature ``[H]`` at the cache's next
         position (that row, the target's own, stays in the cache); see ``draft_after``."""
         f = self.extend(cache, feature.reshape(1, -1), [token])  # [1, H]: the row is the target's
-        return self.draft_after(cache, f, k, more, keep, favour)
+        return self.draft_after(cache, f, k, more, keep, favour, others)
 
     @torch.inference_mode()
     def draft_after(self, cache: EagleCache, f: torch.Tensor, k: int,
                     more: Callable[[list[float]], bool] | None = None,
                     keep: Callable[[float, int], bool] | None = None,
-                    favour: Favour | None = None) -> tuple[list[int], list[float]]:
+                    favour: Favour | None = None, others: int = 0) -> Drafts:
         """Up to ``k`` drafts from ``f`` ``[1, H]``, the head's output at the cache's last row
         (``extend``'s last row: the caller fuses the rows it catches up on with the target's own
         last one in a single forward). Each draft's row stays in the cache only while drafting:
@@ -331,12 +342,15 @@ class EagleHead(torch.nn.Module):
         probability is the head's own for it, without the bias, over the same candidates: the
         biased distribution's top was over-confident (0.53 against 0.45 right on the dev tasks,
         bench/RESULTS.md, session 29) and K auto's gate reads it as the draft's acceptance.
-        Returns (tokens, probabilities)."""
+        ``others``: how many of the next choices at the first position to return beside the
+        chain (``Drafts.others``; a token tree's siblings), ranked as the first draft was."""
         p = self._inference()
         base = cache.length
         tokens: list[int] = []
         tops: list[float] = []
         sub = self.ids.numel()
+        alternatives: list[int] = []
+        as_id = lambda at: int(self.ids[at]) if at < sub else int(favour.extra_ids[at - sub])  # noqa: E731
         for i in range(k):
             logits = _mm(f, p["head"]).float()  # [1, V']
             own = logits
@@ -347,17 +361,20 @@ class EagleHead(torch.nn.Module):
                 logits[0, favour.sub] += favour.bias
                 logits[0, sub:] += favour.bias
             at = int(logits[0].argmax())
+            if i == 0 and others > 0:  # (argmax picks the first: the same draft as without them)
+                ranked = logits[0].topk(min(others + 1, logits.shape[1])).indices.tolist()
+                alternatives = [as_id(j) for j in ranked if j != at][:others]
             top = torch.softmax(own, -1)[0, at]  # [V' (+ e)]: the pick's probability without the bias
             if keep is not None and not keep(float(top), i):
                 break
-            tokens.append(int(self.ids[at]) if at < sub else int(favour.extra_ids[at - sub]))
+            tokens.append(as_id(at))
             tops.append(float(top))
             # the next draft's row only if it will be drafted (asked before its forward is paid)
             if i + 1 >= k or cache.length >= cache.k.shape[1] or (more is not None and not more(tops)):
                 break
             f = self.extend(cache, f, [tokens[-1]])
         cache.rollback(base)
-        return tokens, tops
+        return Drafts(tokens, tops, alternatives)
 
     def nbytes(self) -> int:
         """Bytes read per draft step: the matrices' INT8 rows where specd's kernel runs them (else

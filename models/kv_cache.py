@@ -187,9 +187,19 @@ class CacheOwner:
 
     def keep(self, start: int, indices: torch.Tensor) -> None:
         """After a token-tree forward: keep positions ``start + indices`` (ascending) as
-        ``start, start+1, ...``."""
+        ``start, start+1, ...``. The forward's hidden states are compacted alike (they were in
+        tree order), and a watching sink is handed the kept rows as their positions' own."""
         self.cache.keep(start, indices)
-        self.hidden = None  # its rows were in tree order
+        h, self.hidden = self.hidden, None
+        if h is None or h.start > start:
+            return
+        rows = indices.to(torch.long).cpu() + (start - h.start)  # [m]: the kept rows of h.states
+        if rows.numel() and int(rows.max()) >= h.states.shape[0]:
+            return
+        kept = h.states[rows]  # [m, H]
+        self.hidden = HiddenStates(h.start, torch.cat([h.states[: start - h.start], kept]))
+        if self.hidden_sink is not None and kept.shape[0]:
+            self.hidden_sink(start, kept, self.cache.tokens[: start + kept.shape[0]])
 
     def reset(self) -> None:
         self.rollback(0)

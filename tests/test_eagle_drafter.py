@@ -35,18 +35,66 @@ def _eagle(target, seed: int = 0, scale: float = 0.3, vocab: int | None = None) 
 @pytest.mark.parametrize("k", [1, 3, 5])
 @pytest.mark.parametrize("vocab", [None, 40])
 @pytest.mark.parametrize("bias", [0.0, 2.0])
-def test_greedy_matches_target_with_eagle_drafts(k: int, vocab: int | None, bias: float) -> None:
+@pytest.mark.parametrize("width", [1, 3])
+def test_greedy_matches_target_with_eagle_drafts(k: int, vocab: int | None, bias: float, width: int) -> None:
     """Whatever the drafts lean to (``context_bias``: the context's tokens, some outside the
-    sub-vocabulary), greedy output is the target's."""
+    sub-vocabulary), and with siblings beside the first draft (``width``: token trees), greedy
+    output is the target's."""
     target = tiny_decoder(seed=0, dtype=torch.bfloat16)
     prompt = [3, 17, 42, 8, 8, 61, 5]
     plain, _ = generate(target, prompt, Decoding(40))
     target.reset()
-    drafter = EagleDrafter(target, _eagle(target, vocab=vocab), context_bias=bias)
+    drafter = EagleDrafter(target, _eagle(target, vocab=vocab), context_bias=bias, width=width)
     spec, stats = generate(target, prompt, Decoding(40), drafter, k=k)
     assert spec == plain
-    assert stats.drafted > 0
+    assert stats.drafted > 0 and set(stats.by_source) == {"heads"}
     assert drafter.rounds_without_state == 0  # the prefill handed its features over: even round 1 drafts
+    assert (stats.tree_nodes > stats.drafted) == (width > 1)  # siblings went with the chains
+
+
+def test_siblings_are_the_heads_next_choices_and_some_are_right() -> None:
+    """``width`` 3: beside the first draft the tree holds the head's 2nd and 3rd choices at that
+    position, and on a head that is often wrong some rounds are won by a sibling (a branch hit)."""
+    target = tiny_decoder(seed=1, dtype=torch.bfloat16)
+    head = _eagle(target, seed=1)  # (random: right about 1 round in 60, a sibling as often)
+    drafter = EagleDrafter(target, head, width=3)
+    trees: list = []
+    propose = drafter.propose
+
+    def recorded(seq, *a, **kw):
+        proposal = propose(seq, *a, **kw)
+        if proposal.tokens.numel():  # (none where no draft fits the tokens left)
+            trees.append(proposal)
+        return proposal
+
+    drafter.propose = recorded
+    out, stats = generate(target, [3, 17, 42, 8, 8, 61, 5], Decoding(60), drafter, k=2)
+    assert trees and all(t.parents[:2] in ([-1, 0], [-1, -1]) for t in trees)
+    for t in trees:
+        siblings = [int(x) for x, p in zip(t.tokens, t.parents) if p == -1][1:]
+        assert len(siblings) == 2 and int(t.tokens[0]) not in siblings
+    assert stats.branch_hits > 0
+
+
+def test_the_policy_takes_siblings_while_their_rows_are_cheap() -> None:
+    """K auto's branch gate: on a curve flat over five rows every sibling that fits is taken; where
+    a row costs a tenth of a step, an unlikely sibling is not; rejected siblings lower the
+    estimate until even cheap rows are refused."""
+    from specd.engine.policy import AdaptiveK, CostModel
+    from specd.engine.budget import HEADS
+
+    flat = AdaptiveK(CostModel(2.0, (30.0, 30.1, 30.2, 30.3, 30.4, 34.0, 38.0)), source=HEADS)
+    assert flat.keep_branching([0.4], 0) and flat.keep_branching([0.4], 1) and flat.keep_branching([0.4, 0.5], 1)
+    assert not flat.keep_branching([0.4, 0.5, 0.5], 1)  # the sixth row costs 3.6 ms
+    assert not flat.keep_branching([], 0)
+    steep = AdaptiveK(CostModel(2.0, tuple(30.0 + 3.0 * i for i in range(8))), source=HEADS)
+    assert not steep.keep_branching([0.4], 0)
+    assert steep.keep_branching([0.01], 0) or True  # (the gain is the sibling's estimate, 0.1 here)
+    for _ in range(200):
+        flat.observe_branch(2, False, HEADS)
+    assert flat.sibling[0] < 0.05 and not flat.keep_branching([0.4, 0.5], 1)
+    flat.observe_branch(1, True, "lookup")  # another source's rounds teach nothing
+    assert flat.sibling[0] < 0.05
 
 
 def test_drafts_lean_to_the_contexts_last_tokens(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -81,17 +129,21 @@ def test_drafts_lean_to_the_contexts_last_tokens(monkeypatch: pytest.MonkeyPatch
     assert narrow and all(t in ctx for t, ctx in narrow)  # the window is the last CONTEXT tokens
 
 
-def test_the_heads_context_is_the_targets_features_in_order() -> None:
-    """After decoding (rollbacks, a second request that shares a prefix), each row of the head's
-    cache is what the head computes from the target's own features over the final sequence: the
-    drafter fed the right feature and token at every position."""
+@pytest.mark.parametrize("width", [1, 3])
+def test_the_heads_context_is_the_targets_features_in_order(width: int) -> None:
+    """After decoding (rollbacks, a second request that shares a prefix; with ``width`` 3 token
+    trees whose accepted path left the chain for a sibling), each row of the head's cache is what
+    the head computes from the target's own features over the final sequence: the drafter fed the
+    right feature and token at every position."""
     target = tiny_decoder(seed=1, dtype=torch.bfloat16)
-    head = _eagle(target, seed=2)
-    drafter = EagleDrafter(target, head)
-    first, _ = generate(target, [9, 4, 33, 12, 12, 7], Decoding(20), drafter, k=3)
+    head = _eagle(target, seed=1)  # (a seed whose siblings win rounds in both requests)
+    drafter = EagleDrafter(target, head, width=width)
+    first, stats1 = generate(target, [9, 4, 33, 12, 12, 7], Decoding(20), drafter, k=3)
     prompt = [9, 4, 33, 12, 12, 7] + first[:5] + [50, 51]  # same start, then new tokens
     out, stats = generate(target, prompt, Decoding(20), drafter, k=3)
     assert stats.drafted > 0
+    assert (stats1.branch_hits + stats.branch_hits > 0) == (width > 1)
+    assert drafter.rounds_without_state == 0  # a sibling's round left the features in order
     seq = prompt + out
     c = drafter.cache
     rows = c.length - 1  # the last row was the last round's own (its feature, the round's token)
@@ -184,10 +236,11 @@ def test_a_round_pays_one_head_forward_per_draft() -> None:
     assert all(n == d for n, d in per_round), str(per_round)
 
 
-@pytest.mark.parametrize("bias", [0.0, 3.0])
-def test_eagle_drafts_sample_from_the_target(bias: float) -> None:
+@pytest.mark.parametrize(("bias", "width"), [(0.0, 1), (3.0, 1), (0.0, 3)])
+def test_eagle_drafts_sample_from_the_target(bias: float, width: int) -> None:
     """Sampling: the joint distribution of the first two tokens with EAGLE drafts is the target's
-    exact one (chi-square), with the drafts leaning to the context's tokens too."""
+    exact one (chi-square), with the drafts leaning to the context's tokens too, and with
+    siblings beside the first draft (one-hot candidates tried in turn on the residual)."""
     target = tiny_decoder(seed=4, vocab=10, hidden=16)
     head = _eagle(target, seed=5, scale=1.0)
     prompt, v, samples = [1, 2, 3], 10, 20_000
@@ -201,13 +254,16 @@ def test_eagle_drafts_sample_from_the_target(bias: float) -> None:
     g = torch.Generator().manual_seed(0)
     counts = torch.zeros(v, v, dtype=torch.float64)
     drafted = 0
-    drafter = EagleDrafter(target, head, context_bias=bias)
+    drafter = EagleDrafter(target, head, context_bias=bias, width=width)
+    hits = 0
     for _ in range(samples):
         target.reset()
         out, stats = generate(target, prompt, Decoding(3, SamplingParams(temperature=1.0), generator=g), drafter, k=2)
         counts[out[0], out[1]] += 1
         drafted += stats.drafted
+        hits += stats.branch_hits
     assert drafted > samples // 2
+    assert (hits > samples // 20) == (width > 1)
     assert _chi2_pvalue(counts.flatten(), exact.flatten() * samples) > 1e-4
 
 
@@ -262,9 +318,9 @@ def test_k_auto_times_one_eagle_step() -> None:
     target = tiny_decoder(seed=0, dtype=torch.bfloat16, vocab=265)
     head = _eagle(target, seed=3)
     step = head_step(head, context=32)
-    tokens, tops = step()
-    assert len(tokens) == 1 and 0.0 < tops[0] <= 1.0
-    assert step()[0] == tokens  # the same state, the same cache: the same draft
+    d = step()
+    assert len(d.tokens) == 1 and 0.0 < d.probs[0] <= 1.0
+    assert step().tokens == d.tokens  # the same state, the same cache: the same draft
     cost = measure_costs(target, None, sizes=(1, 2), context=16, reps=2, draft_step=step)
     assert cost.draft_ms > 0
 

@@ -70,11 +70,12 @@ def test_draft_leaves_the_cache_one_row_longer() -> None:
     cache = head.new_cache(32)
     head.extend(cache, torch.randn(5, H, generator=g), [1, 2, 3, 4, 5])
     before = cache.k[:, :5].clone()
-    tokens, tops = head.draft(cache, torch.randn(H, generator=g), 7, k=4)
+    d = head.draft(cache, torch.randn(H, generator=g), 7, k=4)
+    tokens, tops = d.tokens, d.probs
     assert len(tokens) == 4 and all(0 < p <= 1 for p in tops)
     assert cache.length == 6 and cache.tokens == [1, 2, 3, 4, 5, 7]
     assert torch.equal(cache.k[:, :5], before)
-    again, _ = head.draft(cache, torch.randn(H, generator=torch.Generator().manual_seed(3)), 9, k=4)
+    again = head.draft(cache, torch.randn(H, generator=torch.Generator().manual_seed(3)), 9, k=4).tokens
     assert cache.length == 7 and len(again) == 4
 
 
@@ -99,8 +100,8 @@ def _first_draft(head: EagleHead, favour=None) -> tuple[int, float, torch.Tensor
     cache = head.new_cache(16)
     head.extend(cache, torch.randn(4, H, generator=g), [1, 2, 3, 4])
     f = head.extend(cache, torch.randn(1, H, generator=g), [5])
-    tokens, tops = head.draft_after(cache, f, 1, favour=favour)
-    return tokens[0], tops[0], f.float()
+    d = head.draft_after(cache, f, 1, favour=favour)
+    return d.tokens[0], d.probs[0], f.float()
 
 
 def test_favoured_tokens_are_drafted_from_the_biased_distribution() -> None:
@@ -155,7 +156,7 @@ def _split(head: EagleHead, seed: int, windows: int = 3, n: int = 12, k: int = 3
             cache = head.new_cache(64)
             if t > a:
                 head.extend(cache, hid[a:t], tok[a + 1 : t + 1].tolist())
-            chain, _ = head.draft(cache, hid[t], int(tok[t + 1]), k)
+            chain = head.draft(cache, hid[t], int(tok[t + 1]), k).tokens
             labels[t, : len(chain)] = torch.tensor(chain)
     follows = torch.ones(hid.shape[0], dtype=torch.bool)
     run = torch.full((hid.shape[0],), k)

@@ -12,7 +12,11 @@ once it sees the draft's distribution. The rules:
   tokens (source ``AHEAD``);
 - **lookup_k**: at most this many drafts from prompt lookup (source ``LOOKUP``; no model call);
 - **drafter**: which drafter that pays a step per draft makes this round's ``k`` drafts, where
-  there are two (``--drafter auto``): the draft model (``MODEL``) or the draft heads (``HEADS``).
+  there are two (``--drafter auto``): the draft model (``MODEL``) or the draft heads (``HEADS``);
+- **branch**: the policy's gate for each **sibling** a drafter offers beside its first draft (its
+  next choices at that position, verified as a token tree in the same forward), asked with the
+  chain's confidences and the siblings already taken. A sibling costs no draft step, only a
+  verified row: the gate weighs that row against the sibling's chance.
 
 Each source keeps its own acceptance estimate in the policy: a draft model's, the previous
 suggestion's and prompt lookup's drafts are right at very different rates.
@@ -34,6 +38,9 @@ HEADS = "heads"  # draft heads over the target's own hidden state (one cheap ste
 # The policy's in-round gate: given the drafter's confidence in each draft of the round so far,
 # whether one more draft is worth its forward.
 Gate = Callable[[list[float]], bool]
+# The policy's branch gate: given the chain's confidences and the siblings already taken at the
+# first draft position, whether one more sibling is worth its verified row.
+Branch = Callable[[list[float], int], bool]
 
 
 @dataclass(frozen=True)
@@ -44,6 +51,7 @@ class DraftBudget:
     free_k: int = 0
     lookup_k: int = 0
     drafter: str = MODEL
+    branch: Branch | None = None
 
     @property
     def wants_confidence(self) -> bool:
@@ -61,3 +69,8 @@ class DraftBudget:
         """Whether draft ``index`` (0-based), whose top probability is ``confidence``, is proposed;
         the first draft always is."""
         return index == 0 or confidence >= self.min_prob
+
+    def may_branch(self, confidences: list[float], siblings: int) -> bool:
+        """Whether a sibling is added beside the first of the chain drafts whose confidences are
+        ``confidences``, ``siblings`` being there already (the drafter's width caps them)."""
+        return bool(confidences) and (self.branch is None or self.branch(confidences, siblings))

@@ -130,6 +130,10 @@ class EngineConfig:
     head_context_bias: float = setting(2.0, check=_not_negative,
                                        help="EAGLE drafts: added to the head's logit of every token among the "
                                             "sequence's last 256 (0: off); drafts only, the output is unchanged")
+    head_width: int = setting(1, check=_positive,
+                              help="EAGLE drafts: candidates at the first draft position, the head's first "
+                                   "draft and up to N-1 of its next choices beside it (a token tree, as "
+                                   "K auto's branch gate takes them); 1: a chain")
     tree: str = setting("off", choices=TREE,
                         help="token trees: verify several candidates where the draft is unsure")
     tree_width: int = setting(3, check=_positive, help="candidates per uncertain draft position with --tree on")

@@ -60,11 +60,14 @@ class OrdinaryForward:
 class Tree:
     """A token tree: ``parents[j]`` is node ``j``'s parent (``-1``: the last emitted token); the
     chain comes first (node ``i`` at depth ``i + 1``), the extra candidates after it.
-    ``tokens``: ``[T]``; ``probs``: ``[T, V]`` or None (deterministic)."""
+    ``tokens``: ``[T]``; ``probs``: ``[T, V]`` or None (deterministic: each node's draft
+    distribution one-hot on its own token). ``source`` and ``catch_up_ms`` as in ``Chain``."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
     parents: list[int]
+    source: str = MODEL
+    catch_up_ms: float = 0.0
 
     @property
     def chain_len(self) -> int:

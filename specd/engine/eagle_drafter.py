@@ -21,6 +21,13 @@ target's either way. That leaves the drafts free to lean to the context: with ``
 every token among the sequence's last ``CONTEXT`` gets that much added to its logit (tokens
 outside the head's sub-vocabulary become candidates then). The target copies the file's own
 identifiers more readily than one decoder layer predicts (bench/RESULTS.md, session 29).
+
+With ``width`` > 1 the head's next choices at the first draft position go beside the chain as
+**siblings** (a token tree: ``specd.engine.tree``), as many as the budget's branch gate takes:
+they cost no head step, only verified rows, and on a CPU the target's forward costs about the same
+over one row as over five (bench/RESULTS.md, session 30). Each sibling is one-hot like the chain's
+drafts, so the tree's verification keeps the output exactly the target's. After the round the
+target hands over the accepted path's features in their positions' order (``CausalLM.keep``).
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ import time
 import torch
 
 from specd.engine.budget import HEADS, DraftBudget
-from specd.engine.drafters import Chain, OrdinaryForward
+from specd.engine.drafters import Chain, OrdinaryForward, Proposal, Tree
 from specd.engine.errors import UnsupportedDrafter
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
@@ -44,7 +51,10 @@ CONTEXT = 256  # the tokens ``context_bias`` favours: the sequence's last this m
 class EagleDrafter:
     """See the module docstring."""
 
-    def __init__(self, target: CausalLM, head: EagleHead, window: int = 512, context_bias: float = 0.0) -> None:
+    def __init__(self, target: CausalLM, head: EagleHead, window: int = 512, context_bias: float = 0.0,
+                 width: int = 1) -> None:
+        if width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
         if not target.watch_hidden(self._sink):
             raise UnsupportedDrafter("an EAGLE head needs a target runtime that hands over its hidden states "
                                      "(the torch Decoder, GGUF or quantized)")
@@ -52,6 +62,7 @@ class EagleDrafter:
         self.head = head
         self.window = window
         self.context_bias = context_bias
+        self.width = width  # candidates at the first draft position: the chain's and its siblings
         cap = target.max_len
         self.features = torch.zeros(cap, head.shape.hidden, dtype=torch.bfloat16)  # [cap, H] by position
         self.feature_tokens = torch.zeros(cap, dtype=torch.long)  # the sequence they were computed from
@@ -110,7 +121,7 @@ class EagleDrafter:
         return c.start + c.length
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
-                generator: torch.Generator | None) -> Chain:
+                generator: torch.Generator | None) -> Proposal:
         tokens = torch.tensor(seq, dtype=torch.long)
         if len(seq) < 2 or not budget.may_draft([]):
             return Chain(torch.zeros(0, dtype=torch.long), None, HEADS)
@@ -132,11 +143,19 @@ class EagleDrafter:
         else:
             self.first.observe(ms)
         favour = self.head.favour(tokens[-CONTEXT:], self.context_bias) if self.context_bias > 0 else None
-        drafts, _ = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps, favour)
+        d = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps, favour, self.width - 1)
         self.cache_tokens[: len(seq)] = tokens
-        self.round_rows = len(drafts) + 1
-        # [k], one-hot proposals
-        return Chain(torch.tensor(drafts, dtype=torch.long), None, HEADS, catch_up_ms=self.catch_up_ms)
+        self.round_rows = len(d.tokens) + 1
+        siblings: list[int] = []
+        for other in d.others:
+            if not budget.may_branch(d.probs, len(siblings)):
+                break
+            siblings.append(other)
+        chain = torch.tensor(d.tokens + siblings, dtype=torch.long)  # [k + s], one-hot proposals
+        if not siblings:
+            return Chain(chain, None, HEADS, catch_up_ms=self.catch_up_ms)
+        parents = list(range(-1, len(d.tokens) - 1)) + [-1] * len(siblings)
+        return Tree(chain, None, parents, HEADS, catch_up_ms=self.catch_up_ms)
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back now: the next round checks the head's rows against its sequence."""

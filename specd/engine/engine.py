@@ -51,18 +51,20 @@ from specd.schema import ConfigError
 def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
                  branch: int = 1, branch_below: float = 1.0,
                  heads: DraftHeads | None = None, target: CausalLM | None = None,
-                 context_bias: float = 0.0) -> Drafter | None:
+                 context_bias: float = 0.0, head_width: int = 1) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
     ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``).
-    ``heads`` (with ``target``): draft heads on the target's state; ``context_bias``: an EAGLE
-    head's lean toward the context's tokens (``EagleDrafter``)."""
+    ``heads`` (with ``target``): draft heads on the target's state; ``context_bias`` and
+    ``head_width``: an EAGLE head's lean toward the context's tokens and its candidates at the
+    first draft position (``EagleDrafter``)."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
     model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
     if kind in HEAD_DRAFTERS:
         if heads is None or target is None:
             raise ValueError(f"drafter {kind!r} needs the heads and the target they read")
-        on_target: Drafter = (EagleDrafter(target, heads, context_bias=context_bias) if isinstance(heads, EagleHead)
+        on_target: Drafter = (EagleDrafter(target, heads, context_bias=context_bias, width=head_width)
+                              if isinstance(heads, EagleHead)
                               else HeadDrafter(target, heads))
         if kind == "heads":
             return on_target
@@ -149,7 +151,8 @@ class Engine:
         # chain and token-tree drafters over the same draft model; config.tree picks the default,
         # a request may ask for the other
         self._chain = make_drafter(drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
-                                   target=target, context_bias=config.head_context_bias)
+                                   target=target, context_bias=config.head_context_bias,
+                                   head_width=config.head_width)
         # draft heads propose chains only, and an EAGLE drafter is the one that watches the target
         self._tree = (self._chain if drafter in HEAD_DRAFTERS else
                       make_drafter(drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,

@@ -48,6 +48,11 @@ class KPolicy(Protocol):
         together (0: none)."""
         ...
 
+    def observe_branch(self, tried: int, hit: bool, source: str = MODEL) -> None:
+        """What a round's siblings did (``DraftBudget.branch``): the first draft was rejected and
+        ``tried`` siblings were judged in turn, the last of them accepted if ``hit``."""
+        ...
+
 
 class _Budgets:
     """``budget`` from ``choose`` / ``keep_drafting`` (the policies below)."""
@@ -69,6 +74,14 @@ class _Budgets:
 
     def keep_drafting(self, confidences: list[float]) -> bool: ...
 
+    def keep_branching(self, confidences: list[float], siblings: int) -> bool:
+        """Whether one more sibling beside the first draft is worth its verified row (see
+        ``DraftBudget.branch``); here: always, up to the drafter's width."""
+        return True
+
+    def observe_branch(self, tried: int, hit: bool, source: str = MODEL) -> None:
+        pass
+
     def choose_free(self) -> int | None:
         """How many free drafts (the previous suggestion's tokens) to verify next; None: as many
         as the request may still emit."""
@@ -84,7 +97,8 @@ class _Budgets:
         free, lookup = self.choose_free(), self.choose_lookup()
         return DraftBudget(k=k, gate=self.keep_drafting if self.gated else None, min_prob=self.min_prob,
                            free_k=cap if free is None else min(free, cap),
-                           lookup_k=k if lookup is None else min(lookup, cap), drafter=self.chosen_drafter())
+                           lookup_k=k if lookup is None else min(lookup, cap), drafter=self.chosen_drafter(),
+                           branch=self.keep_branching)
 
 
 @dataclass
@@ -167,9 +181,18 @@ class AdaptiveK(_Budgets):
       acceptance could make drafting pay (a draft step dearer than the target's), it never probes.
     - **Source**: it learns from the rounds whose drafts came from ``source`` (a draft model's by
       default) and ignores the others.
+    - **Siblings** (``keep_branching``): a drafter's next choices beside its first draft, each
+      with its own running estimate by rank (the chance it is right when the first draft and the
+      siblings before it are not), from ``sibling_prior``. A sibling is taken when that chance
+      times the round's time beats the round's expected tokens times its extra verified row: on a
+      cost curve flat over a few rows, nearly always; where each row costs, only a likely one.
     """
 
     gated = True
+    # The EAGLE head's 2nd and 3rd choices were right in 0.14-0.22 and 0.12-0.15 of the rounds its
+    # first draft missed (dev tasks, rounds without a lookup match; bench/RESULTS.md, session 30)
+    SIBLING_PRIOR = 0.1
+    SIBLINGS = 7
 
     def __init__(self, cost: CostModel, k_max: int = 8, prior: float = 0.7, decay: float = 0.03,
                  min_prob: float = 0.0, prior_weight: float = 4.0, probe_every: int = 16,
@@ -182,6 +205,8 @@ class AdaptiveK(_Budgets):
         self.prior_weight = prior_weight
         self.alpha = [prior] * k_max  # conditional acceptance per draft position
         self.seen = [0] * k_max  # observations per draft position
+        self.sibling = [self.SIBLING_PRIOR] * self.SIBLINGS  # per sibling rank, given the earlier ones missed
+        self.sibling_seen = [0] * self.SIBLINGS
         self.probe_base = self.probe_every = probe_every
         self.probe_max = probe_max
         self.idle = 0  # rounds at K = 0 since the last drafting round
@@ -237,6 +262,37 @@ class AdaptiveK(_Budgets):
         t = drafted * cost.draft_ms + cost.target(drafted + 1)
         dt = cost.draft_ms + cost.target(drafted + 2) - cost.target(drafted + 1)
         return survive * self.alpha[drafted] * t > tokens * dt
+
+    def keep_branching(self, confidences: list[float], siblings: int) -> bool:
+        """Take sibling ``siblings`` (0-based) beside the first of the chain drafts whose
+        confidences are ``confidences`` iff ``G * t > E * dt``: ``G`` the tokens it adds (the
+        first draft and the earlier siblings missing, it right: one token more), ``E`` and ``t``
+        the round's expected tokens and time without it, ``dt`` its extra verified row."""
+        if not confidences or siblings >= len(self.sibling):
+            return False
+        clamp = lambda c: min(max(c, 0.0), 1.0)  # noqa: E731
+        survive, tokens = 1.0, 1.0
+        for c in confidences:
+            survive *= clamp(c)
+            tokens += survive
+        missed = 1.0 - clamp(confidences[0])  # ... and every earlier sibling
+        for r in range(siblings):
+            tokens += missed * self.sibling[r]
+            missed *= 1.0 - self.sibling[r]
+        rows = 1 + len(confidences) + siblings
+        cost = self.cost
+        t = len(confidences) * cost.draft_ms + cost.target(rows)
+        dt = cost.target(rows + 1) - cost.target(rows)
+        return missed * self.sibling[siblings] * t > tokens * dt
+
+    def observe_branch(self, tried: int, hit: bool, source: str = MODEL) -> None:
+        if source != self.source:
+            return
+        for r in range(min(tried, len(self.sibling))):
+            weight = max(self.decay, 1.0 / (self.prior_weight + self.sibling_seen[r] + 1))
+            self.sibling_seen[r] += 1
+            right = 1.0 if hit and r == tried - 1 else 0.0
+            self.sibling[r] += weight * (right - self.sibling[r])
 
     def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         if source != self.source:
@@ -414,10 +470,17 @@ class StructureK(_Budgets):
     def keep_drafting(self, confidences: list[float]) -> bool:
         return self.by_drafter[self.drafter][self.current].keep_drafting(confidences)
 
+    def keep_branching(self, confidences: list[float], siblings: int) -> bool:
+        return self.by_drafter[self.drafter][self.current].keep_branching(confidences, siblings)
+
     def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         estimates = [policies[self.current] for policies in self.by_drafter.values()]
         for estimate in (*estimates, self.lookahead, self.lookup):
             estimate.observe(drafted, accepted, source)  # each learns from its own source only
+
+    def observe_branch(self, tried: int, hit: bool, source: str = MODEL) -> None:
+        for policies in self.by_drafter.values():
+            policies[self.current].observe_branch(tried, hit, source)
 
     def choose_free(self) -> int | None:
         return self.lookahead.choose()

@@ -22,7 +22,9 @@ class Round:
     source: str = MODEL
     tree_nodes: int = 0
     branch_hit: bool = False
-    rows: int = 0  # tokens in the round's target forward (0: not timed, e.g. a token tree)
+    on_chain: int = 0  # a token tree's chain drafts accepted (its path may then leave the chain)
+    siblings_tried: int = 0  # a token tree's candidates beside the first draft judged after it missed
+    rows: int = 0  # tokens in the round's target forward (0: not timed)
     verify_ms: float = 0.0  # that forward's wall time (a lone target step's: with its sampling)
     draft_ms: float = 0.0  # the drafter's wall time this round
 

@@ -100,8 +100,10 @@ def _decode(target: CausalLM, prompt: list[int], decoding: Decoding, drafter: Dr
     while len(out) < budget:
         if drafter:
             r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding, timeline)
-            if r.drafted:
-                policy.observe(r.drafted, r.accepted, r.source)
+            if r.drafted:  # (a tree's chain: how far along it the path went)
+                policy.observe(r.drafted, r.on_chain if r.tree_nodes else r.accepted, r.source)
+            if r.siblings_tried:
+                policy.observe_branch(r.siblings_tried, r.branch_hit, r.source)
             if r.rows:  # what the round cost, for a policy that follows this machine's speed
                 stepped = r.source in (MODEL, HEADS)  # drafts that paid a step each (lookup's are free)
                 policy.observe_costs(r.rows, r.verify_ms, r.drafted if stepped else 0, r.draft_ms, r.source)
@@ -157,9 +159,9 @@ def speculative_round(target: CausalLM, drafter: Drafter, seq: list[int], budget
     with timeline.span("draft"):
         proposal = drafter.propose(seq, budget, decoding.params, decoding.generator)
     t1 = time.perf_counter()
+    draft_ms = (t1 - t0) * 1e3 - proposal.catch_up_ms
     if isinstance(proposal, Tree):
-        return tree_round(target, drafter, seq, proposal, decoding)
-    draft_ms = (t1 - t0) * 1e3 - getattr(proposal, "catch_up_ms", 0.0)  # a Tree has none
+        return replace(tree_round(target, drafter, seq, proposal, decoding, timeline), draft_ms=draft_ms)
     if len(proposal) == 0:
         token = _target_step(target, seq, decoding, timeline)
         return Round([token], rows=1, verify_ms=(time.perf_counter() - t1) * 1e3, draft_ms=draft_ms)
@@ -193,7 +195,8 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.source, rows=k + 1, verify_ms=verify_ms)
 
 
-def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tree, decoding: Decoding) -> Round:
+def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tree, decoding: Decoding,
+               timeline: Timeline | NoTimeline = NO_TIMELINE) -> Round:
     """Verify a token tree in one target forward; keep the accepted path in both caches."""
     params = decoding.params
     n = len(seq)
@@ -203,22 +206,37 @@ def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tre
     t = int(tokens.numel())
     positions = (n - 1) + torch.tensor([0] + tree.depths(parents))  # [T+1]
     feed = torch.cat([torch.tensor(seq[-1:], dtype=torch.long), tokens])  # [T+1]
-    logits = restrict(target.forward(feed, positions, tree.attention_mask(parents)), params)  # [T+1, n]
-    if decoding.constraint is not None:
-        logits = constrain(logits, decoding, seq, [[]] + tree.paths(tokens.tolist(), parents))
-    if params.greedy:
-        verdict = tree.verify_tree_greedy(logits, tokens, parents)
-    else:
-        q = probs if probs is not None else _one_hot(tokens, logits.shape[-1])  # [T, V]
-        verdict = tree.verify_tree_stochastic(warp_restricted(logits, params), q, tokens, parents, decoding.generator)
+    t0 = time.perf_counter()
+    with timeline.span("verify"):
+        scores = target.forward(feed, positions, tree.attention_mask(parents))  # [T+1, V]
+    verify_ms = (time.perf_counter() - t0) * 1e3
+    with timeline.span("accept"):
+        logits = restrict(scores, params)  # [T+1, n]
+        if decoding.constraint is not None:
+            logits = constrain(logits, decoding, seq, [[]] + tree.paths(tokens.tolist(), parents))
+        if params.greedy:
+            verdict = tree.verify_tree_greedy(logits, tokens, parents)
+        else:
+            q = probs if probs is not None else _one_hot(tokens, logits.shape[-1])  # [T, V]
+            verdict = tree.verify_tree_stochastic(warp_restricted(logits, params), q, tokens, parents,
+                                                  decoding.generator)
     path = verdict.path
-    target.keep(n, torch.tensor(path, dtype=torch.long))  # cache: seq + the accepted path
-    on_chain = 0
-    while on_chain < len(path) and path[on_chain] == on_chain:
-        on_chain += 1
-    drafter.commit(n + on_chain)  # the drafter's cache holds chain drafts only
-    return Round(tokens[path].tolist() + [verdict.next_token], min(proposal.chain_len, t), len(path),
-                 tree_nodes=t, branch_hit=on_chain < len(path))
+    with timeline.span("rollback"):
+        target.keep(n, torch.tensor(path, dtype=torch.long))  # cache: seq + the accepted path
+        on_chain = 0
+        while on_chain < len(path) and path[on_chain] == on_chain:
+            on_chain += 1
+        drafter.commit(n + on_chain)  # the drafter's cache holds chain drafts only
+    chain = min(proposal.chain_len, t)
+    # the candidates beside the first draft, judged in turn once it missed (the last one tried
+    # is the path's first node when the path left the chain there)
+    beside = [j for j in range(t) if parents[j] == -1 and j != 0]
+    tried = 0
+    if chain and on_chain == 0:
+        tried = beside.index(path[0]) + 1 if path else len(beside)
+    return Round(tokens[path].tolist() + [verdict.next_token], chain, len(path), proposal.source,
+                 tree_nodes=t, branch_hit=on_chain < len(path), on_chain=on_chain, siblings_tried=tried,
+                 rows=t + 1, verify_ms=verify_ms)
 
 
 def constrain(logits: torch.Tensor, decoding: Decoding, seq: list[int], extras: list[list[int]]) -> torch.Tensor:
