@@ -296,7 +296,7 @@ def test_a_stored_cost_curve_that_no_longer_holds_is_measured_again(tmp_path, mo
     fresh = step_costs(config, target, draft)
     stale = CostModel(fresh.draft_ms * 1000, tuple(v * 1000 for v in fresh.verify_ms))
     assert not costs_hold(stale, target, draft)
-    assert costs_hold(fresh, target, draft, tolerance=1e6, shape=1e6)
+    assert costs_hold(fresh, target, draft, tolerance=1e6)
     path = costs_path(config, target, draft)
     write_costs(path, stale)
     again = step_costs(config, target, draft)
@@ -305,31 +305,6 @@ def test_a_stored_cost_curve_that_no_longer_holds_is_measured_again(tmp_path, mo
     slow_check = CostModel(again.draft_ms, again.verify_ms)
     monkeypatch.setattr("specd.app.costs_hold", lambda *a, **k: True)
     assert step_costs(config, target, draft) == slow_check  # a curve that holds is read, not measured
-
-
-def test_a_stored_curve_whose_extra_rows_no_longer_cost_that_is_measured_again(tmp_path, monkeypatch) -> None:
-    """A curve whose one-row step still holds but whose extra rows are priced far from what the
-    kernels now take (this machine's daemons read one from session 24 to 30: +33 % at five rows
-    against +4 %) fails the check and is measured again; K auto's live shift would never reshape
-    it. Here the other way round: a flat curve, where the tiny model's extra rows cost ~14 % each."""
-    from specd.app import costs_path, read_costs, step_costs, write_costs
-    from specd.engine.engine import EngineConfig
-    from specd.engine.policy import costs_hold
-
-    monkeypatch.setenv("SPECD_CACHE_DIR", str(tmp_path / "cache"))
-    target, draft = tiny_decoder(seed=3), tiny_decoder(seed=4)
-    config = EngineConfig(k="auto", max_len=256)
-    fresh = step_costs(config, target, draft)
-    t1 = fresh.target(1)
-    assert fresh.target(5) - t1 > 0.4 * t1  # (what the kernels take for four more rows here)
-    flat = CostModel(fresh.draft_ms, (t1,) * 9)
-    assert costs_hold(flat, target, draft, shape=1e6)  # every point within the 2x tolerance
-    assert not costs_hold(flat, target, draft)
-    path = costs_path(config, target, draft)
-    write_costs(path, flat)
-    again = step_costs(config, target, draft)
-    assert again.target(5) - again.target(1) > 0.4 * again.target(1)
-    assert read_costs(path) == again
 
 
 def test_a_bump_in_the_timed_curve_is_spread_over_its_neighbours() -> None:

@@ -549,18 +549,13 @@ def convex_curve(verify: Sequence[float]) -> tuple[float, ...]:
 
 
 @torch.inference_mode()
-def costs_hold(cost: CostModel, target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = (1, 5),
+def costs_hold(cost: CostModel, target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...] = (1, 4),
                context: int = 16, reps: int = 3, draft_step: Callable[[], object] | None = None,
-               tolerance: float = 2.0, shape: float = 0.15) -> bool:
+               tolerance: float = 2.0) -> bool:
     """Whether a stored cost curve still describes this machine: a few forwards at ``sizes`` and
     one draft step, timed as :func:`measure_costs` times them, each within ``tolerance``× of the
-    curve, and the extra rows' cost (the last size's forward over the first's) within ``shape``
-    of one step of what the curve says. A curve measured while the CPU was taken by something
-    else (seen here: 2,008 ms for a 50 ms step, stored and then believed by every daemon after)
-    fails this and is measured again. So does one whose shape the kernels have left behind: the
-    curve this machine's daemons read from session 24 to 30 priced 4 and 5 verified rows at +13 %
-    and +33 % of one, while they cost +3 % and +4 % (bench/RESULTS.md, session 30); K auto's
-    shift (``LiveCosts``) moves a curve, never its shape, so nothing else would have fixed it.
+    curve. A curve measured while the CPU was taken by something else (seen here: 2,008 ms for a
+    50 ms step, stored and then believed by every daemon after) fails this and is measured again.
     It runs at every start, so after a short ``context``: the curve's 128 cached tokens change a
     step by a few per cent, far inside the tolerance, and prefilling them took 2.1 s of a 10.5 s
     start of the default pair here (0.7 s with 16)."""
@@ -570,10 +565,7 @@ def costs_hold(cost: CostModel, target: CausalLM, draft: CausalLM | None, sizes:
         pairs.append((draft_ms, cost.draft_ms))
     if draft_step is not None:
         pairs.append((step_ms, cost.draft_ms if draft is None else (cost.heads_ms or 0.0)))
-    lo, hi = min(sizes), max(sizes)
-    extra_now, extra_then = measured[hi] - measured[lo], cost.target(hi) - cost.target(lo)
-    return (all(now > 0 and then > 0 and 1 / tolerance <= now / then <= tolerance for now, then in pairs)
-            and abs(extra_now - extra_then) <= shape * cost.target(lo))
+    return all(now > 0 and then > 0 and 1 / tolerance <= now / then <= tolerance for now, then in pairs)
 
 
 def _time_steps(target: CausalLM, draft: CausalLM | None, sizes: tuple[int, ...], context: int, reps: int,
