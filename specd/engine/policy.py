@@ -189,7 +189,7 @@ class AdaptiveK(_Budgets):
     """
 
     gated = True
-    # The EAGLE head's 2nd and 3rd choices were right in 0.14-0.22 and 0.12-0.15 of the rounds its
+    # The EAGLE head's 2nd and 3rd choices were right in 0.21-0.22 and 0.14-0.15 of the rounds its
     # first draft missed (dev tasks, rounds without a lookup match; bench/RESULTS.md, session 30)
     SIBLING_PRIOR = 0.1
     SIBLINGS = 7
