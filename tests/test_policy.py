@@ -331,14 +331,19 @@ STORED = CostModel(draft_ms=10.2, verify_ms=(39.7, 47.8, 58.3, 68.8, 79.3, 89.7,
 
 def test_live_costs_shift_the_curve_by_what_the_forwards_take() -> None:
     """Forwards that run 20 ms slower than the stored curve says move every T(n) by ~20 ms and keep
-    the extra rows' costs; measured draft steps replace the stored one; a curve that holds stays."""
+    the extra rows' costs; measured draft steps replace the stored one; a curve that holds stays.
+    (The row counts the rounds verified take their own difference, exactly 20 here; the others
+    the running difference of all rounds, which still remembers its stored prior a little.)"""
     from specd.engine.policy import LiveCosts
 
     live = LiveCosts(STORED)
     moved = [live.observe(rows, STORED.target(rows) + 20.0, 3, 3 * 8.0) for rows in (2, 4, 2, 3) * 30]
     now = live.current()
     assert any(moved) and abs(now.target(1) - 59.7) < 1.0 and abs(now.draft_ms - 8.0) < 0.2
-    assert all(abs((now.target(n + 1) - now.target(n)) - (STORED.target(n + 1) - STORED.target(n))) < 1e-6
+    assert all(abs(now.target(n) - (STORED.target(n) + 20.0)) < 1e-9 for n in (2, 3, 4))
+    assert all(abs(now.target(n) - (STORED.target(n) + live.offset)) < 1e-9 for n in (1, 5, 6, 7, 8, 9))
+    assert 19.9 < live.offset < 20.0
+    assert all(abs((now.target(n + 1) - now.target(n)) - (STORED.target(n + 1) - STORED.target(n))) < 0.1
                for n in range(1, 9))
     steady = LiveCosts(STORED)
     assert not any(steady.observe(2, STORED.target(2), 2, 2 * STORED.draft_ms) for _ in range(50))
@@ -347,6 +352,29 @@ def test_live_costs_shift_the_curve_by_what_the_forwards_take() -> None:
     for _ in range(200):
         fast.observe(1, 1.0)
     assert fast.current().target(1) == 0.5 * STORED.target(1)  # never under half the stored step
+
+
+def test_live_costs_learn_which_rows_cost_this_hour() -> None:
+    """The stored curve says four and five verified rows cost +13 % and +33 % (timed in an hour
+    when the host's memory was fast); this hour the rounds' forwards take the same at one to
+    five rows. After enough rounds of each, the curve is theirs: flat to five rows, and K auto
+    verifies more. Row counts never verified stay as stored, shifted; the curve never falls."""
+    from specd.engine.policy import LiveCosts
+
+    stored = CostModel(2.2, (25.8, 25.8, 25.8, 29.1, 34.2, 39.6, 44.9, 50.3, 55.6))
+    live = LiveCosts(stored)
+    for _ in range(20):
+        for rows in (1, 2, 3, 4, 5):
+            live.observe(rows, 30.0)
+    now = live.current()
+    assert all(abs(now.target(n) - 30.0) < 1e-9 for n in (1, 2, 3, 4, 5))
+    assert all(now.target(n + 1) >= now.target(n) for n in range(1, 9))
+    assert abs(now.target(7) - (stored.target(7) + live.offset)) < 1e-9
+    assert now.predicted_speedup(0.7)[1] > stored.predicted_speedup(0.7)[1]
+    few = LiveCosts(stored)
+    for _ in range(7):  # fewer rounds of a row count than `shaped`: the shared shift only
+        few.observe(5, 30.0)
+    assert abs(few.current().target(5) - (stored.target(5) + few.offset)) < 1e-9
 
 
 def test_k_auto_drafts_more_when_the_machine_is_slower_than_its_stored_curve() -> None:

@@ -320,18 +320,27 @@ class LiveCosts:
     dear as a draft step while the daemon's steps ran 40 % slower than it said). Every round's
     target forward is timed anyway, so: the curve is shifted by the running difference between
     what the rounds' forwards took and what the curve says for their row counts (an added cost
-    per forward, the shape of the extra rows kept), and the draft step follows the measured
-    draft-model steps. Both are running means with the stored value counted as ``prior``
-    observations, then exponential averages of weight ``weight``. ``observe`` says when the
-    curve it gives has moved by more than ``moved`` (relative) since the last one it gave."""
+    per forward), and the draft step follows the measured draft-model steps. Both are running
+    means with the stored value counted as ``prior`` observations, then exponential averages of
+    weight ``weight``.
+
+    The shape moves too: a verified row is free while its arithmetic hides under the weights'
+    read, so the faster the host's memory in the hour, the fewer rows are free (here three in a
+    fast hour, five in a slow one; bench/RESULTS.md, session 30). So each row count that the
+    rounds verified at least ``shaped`` times takes its own running difference instead (a plain
+    mean, then the same exponential average; more rows never cost less than fewer). Row counts
+    the rounds rarely verify keep the stored shape, shifted.
+    ``observe`` says when the curve it gives has moved by more than ``moved`` of one step since
+    the last one it gave."""
 
     def __init__(self, stored: CostModel, prior: float = 4.0, weight: float = 0.05, moved: float = 0.03,
-                 steps: dict[str, float] | None = None) -> None:
+                 steps: dict[str, float] | None = None, shaped: int = 8) -> None:
         """``steps``: each drafter's stored step (ms) by its source, where a policy chooses among
         several (default: the stored curve's ``draft_ms`` as the draft model's)."""
         self.stored = stored
-        self.prior, self.weight, self.moved = prior, weight, moved
+        self.prior, self.weight, self.moved, self.shaped = prior, weight, moved, shaped
         self.offset = 0.0  # ms added to every forward
+        self.by_rows: dict[int, tuple[float, int]] = {}  # rows -> (ms added to such forwards, forwards seen)
         self.steps = dict(steps) if steps else {MODEL: stored.draft_ms}  # ms a draft step, by drafter
         self.forwards = 0
         self.drafts = 0  # rounds whose draft steps were timed, all drafters together
@@ -350,25 +359,39 @@ class LiveCosts:
                 source: str = MODEL) -> bool:
         if rows >= 1 and verify_ms > 0:
             self.forwards += 1
-            self.offset = self._mix(self.offset, verify_ms - self.stored.target(rows), self.forwards)
+            extra = verify_ms - self.stored.target(rows)
+            self.offset = self._mix(self.offset, extra, self.forwards)
+            was, seen = self.by_rows.get(rows, (extra, 0))
+            self.by_rows[rows] = (was + max(self.weight, 1.0 / (seen + 1)) * (extra - was), seen + 1)
         if draft_steps > 0 and draft_ms > 0 and source in self.steps and math.isfinite(self.steps[source]):
             self.drafts += 1
             self._seen[source] += 1
             self.steps[source] = self._mix(self.steps[source], draft_ms / draft_steps, self._seen[source])
         moved = False
+        verify = self._verify()
         for name, before in self._given.items():
-            now = self.current(name)
-            if (abs(now.target(1) - before.target(1)) > self.moved * before.target(1)
+            now = self.current(name, verify)
+            if (max(abs(a - b) for a, b in zip(now.verify_ms, before.verify_ms)) > self.moved * before.target(1)
                     or abs(now.draft_ms - before.draft_ms) > self.moved * before.draft_ms):
                 self._given[name] = now
                 moved = True
         return moved
 
-    def current(self, source: str | None = None) -> CostModel:
-        """The stored curve shifted by what the rounds measured (a forward never under half its
-        stored time), priced with drafter ``source``'s step (default: the first drafter's)."""
+    def _verify(self) -> tuple[float, ...]:
+        """T(1), T(2), ...: the stored curve, each row count shifted by its own rounds' running
+        difference where it has ``shaped`` of them, else by all rounds'; non-decreasing, and a
+        forward never under half its stored time."""
+        out: list[float] = []
+        for n, v in enumerate(self.stored.verify_ms, start=1):
+            extra, seen = self.by_rows.get(n, (0.0, 0))
+            out.append(max(v + (extra if seen >= self.shaped else self.offset), 0.5 * v, out[-1] if out else 0.0))
+        return tuple(out)
+
+    def current(self, source: str | None = None, verify: tuple[float, ...] | None = None) -> CostModel:
+        """The curve the rounds measured (``_verify``), priced with drafter ``source``'s step
+        (default: the first drafter's)."""
         step = self.steps[source] if source is not None else self.draft_ms
-        return CostModel(step, tuple(max(v + self.offset, 0.5 * v) for v in self.stored.verify_ms))
+        return CostModel(step, verify if verify is not None else self._verify())
 
 
 class StructureK(_Budgets):
