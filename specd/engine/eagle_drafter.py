@@ -24,8 +24,9 @@ identifiers more readily than one decoder layer predicts (bench/RESULTS.md, sess
 
 With ``width`` > 1 the head's next choices at the first draft position go beside the chain as
 **siblings** (a token tree: ``specd.engine.tree``), as many as the budget's branch gate takes:
-they cost no head step, only verified rows, and on a CPU the target's forward costs about the same
-over one row as over five (bench/RESULTS.md, session 30). Each sibling is one-hot like the chain's
+they cost no head step, only verified rows, which come nearly free while their arithmetic hides
+under the weights' read (on this 2-core CPU three to five rows, by the hour's memory speed;
+bench/RESULTS.md, session 30). Each sibling is one-hot like the chain's
 drafts, so the tree's verification keeps the output exactly the target's. After the round the
 target hands over the accepted path's features in their positions' order (``CausalLM.keep``).
 """

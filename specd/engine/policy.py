@@ -183,7 +183,7 @@ class AdaptiveK(_Budgets):
       default) and ignores the others.
     - **Siblings** (``keep_branching``): a drafter's next choices beside its first draft, each
       with its own running estimate by rank (the chance it is right when the first draft and the
-      siblings before it are not), from ``sibling_prior``. A sibling is taken when that chance
+      siblings before it are not), from ``SIBLING_PRIOR``. A sibling is taken when that chance
       times the round's time beats the round's expected tokens times its extra verified row: on a
       cost curve flat over a few rows, nearly always; where each row costs, only a likely one.
     """
