@@ -153,7 +153,8 @@ class Engine:
         self._chain = make_drafter(drafter, draft, target.max_len, 1, config.tree_branch_below, heads=heads,
                                    target=target, context_bias=config.head_context_bias,
                                    head_width=config.head_width)
-        # draft heads propose chains only, and an EAGLE drafter is the one that watches the target
+        # draft heads: one drafter for both (an EAGLE drafter is the one that watches the target;
+        # its trees are --head-width's, whatever the request asks)
         self._tree = (self._chain if drafter in HEAD_DRAFTERS else
                       make_drafter(drafter, draft, target.max_len, config.tree_width, config.tree_branch_below,
                                    heads=heads, target=target))

@@ -163,6 +163,16 @@ class CostModel:
                    None if heads is None else float(heads))
 
 
+def _chain_odds(confidences: list[float]) -> tuple[float, float]:
+    """(the chance every draft of a chain is accepted, the round's expected tokens), each
+    draft's confidence counted as its acceptance."""
+    survive, tokens = 1.0, 1.0
+    for c in confidences:
+        survive *= min(max(c, 0.0), 1.0)
+        tokens += survive
+    return survive, tokens
+
+
 class AdaptiveK(_Budgets):
     """K chosen per round from the cost model and a running acceptance estimate per draft
     position.
@@ -254,10 +264,7 @@ class AdaptiveK(_Budgets):
         drafted = len(confidences)
         if drafted >= self.k_max:
             return False
-        survive, tokens = 1.0, 1.0
-        for c in confidences:
-            survive *= min(max(c, 0.0), 1.0)
-            tokens += survive
+        survive, tokens = _chain_odds(confidences)
         cost = self.cost
         t = drafted * cost.draft_ms + cost.target(drafted + 1)
         dt = cost.draft_ms + cost.target(drafted + 2) - cost.target(drafted + 1)
@@ -270,12 +277,8 @@ class AdaptiveK(_Budgets):
         the round's expected tokens and time without it, ``dt`` its extra verified row."""
         if not confidences or siblings >= len(self.sibling):
             return False
-        clamp = lambda c: min(max(c, 0.0), 1.0)  # noqa: E731
-        survive, tokens = 1.0, 1.0
-        for c in confidences:
-            survive *= clamp(c)
-            tokens += survive
-        missed = 1.0 - clamp(confidences[0])  # ... and every earlier sibling
+        _, tokens = _chain_odds(confidences)
+        missed = 1.0 - _chain_odds(confidences[:1])[0]  # ... and every earlier sibling
         for r in range(siblings):
             tokens += missed * self.sibling[r]
             missed *= 1.0 - self.sibling[r]
@@ -289,10 +292,15 @@ class AdaptiveK(_Budgets):
         if source != self.source:
             return
         for r in range(min(tried, len(self.sibling))):
-            weight = max(self.decay, 1.0 / (self.prior_weight + self.sibling_seen[r] + 1))
+            weight = self._weight(self.sibling_seen[r])
             self.sibling_seen[r] += 1
             right = 1.0 if hit and r == tried - 1 else 0.0
             self.sibling[r] += weight * (right - self.sibling[r])
+
+    def _weight(self, seen: int) -> float:
+        """A new observation's weight in an estimate seen ``seen`` times before (see the class
+        docstring: a running mean with the prior, then an exponential average)."""
+        return max(self.decay, 1.0 / (self.prior_weight + seen + 1))
 
     def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         if source != self.source:
@@ -301,7 +309,7 @@ class AdaptiveK(_Budgets):
             self.probing = False
             self.probe_every = self.probe_base if accepted else min(2 * self.probe_every, self.probe_max)
         for i in range(min(drafted, self.k_max)):
-            weight = max(self.decay, 1.0 / (self.prior_weight + self.seen[i] + 1))
+            weight = self._weight(self.seen[i])
             self.seen[i] += 1
             if i < accepted:
                 self.alpha[i] += weight * (1.0 - self.alpha[i])
@@ -352,8 +360,10 @@ class LiveCosts:
         """The first drafter's step (the only one, unless a policy chooses among several)."""
         return next(iter(self.steps.values()))
 
-    def _mix(self, old: float, new: float, count: int) -> float:
-        return old + max(self.weight, 1.0 / (self.prior + count)) * (new - old)
+    def _mix(self, old: float, new: float, count: int, prior: float | None = None) -> float:
+        """``old`` moved toward ``new``, the ``count``-th observation, after ``prior`` (default:
+        ``self.prior``) observations of ``old``."""
+        return old + max(self.weight, 1.0 / ((self.prior if prior is None else prior) + count)) * (new - old)
 
     def observe(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
                 source: str = MODEL) -> bool:
@@ -362,7 +372,7 @@ class LiveCosts:
             extra = verify_ms - self.stored.target(rows)
             self.offset = self._mix(self.offset, extra, self.forwards)
             was, seen = self.by_rows.get(rows, (extra, 0))
-            self.by_rows[rows] = (was + max(self.weight, 1.0 / (seen + 1)) * (extra - was), seen + 1)
+            self.by_rows[rows] = (self._mix(was, extra, seen + 1, prior=0.0), seen + 1)
         if draft_steps > 0 and draft_ms > 0 and source in self.steps and math.isfinite(self.steps[source]):
             self.drafts += 1
             self._seen[source] += 1
