@@ -51,7 +51,7 @@ class DataSettings:
     layout: str = "plain"  # or "fim" (see the module docstring)
     min_prefix_tokens: int = 64  # fim: the prompt's prefix, drawn between these
     max_prefix_tokens: int = 384  # (the daemon's prefix window)
-    suffix_tokens: int = 32  # fim: the daemon's suffix window
+    suffix_tokens: int = 32  # fim: the suffix window the shipped head's FIM data was made with (the daemon's until session 31; now 256)
     max_middle_skip: int = 24  # fim: corpus tokens between the cursor and the suffix, drawn from 0..this
     generate: int = 48  # fim: greedy tokens after the prompt
     repo: str = ""  # a repository's absolute path (specd.heads.repo); empty: the corpus (specd.heads.corpus)
