@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -47,6 +46,9 @@ from specd.engine.config import DEFAULT_TARGET, PromptWindows
 from specd.engine.prompt import PromptBuilder
 from specd.models.loader import load_model
 from specd.models.registry import PUBLISHED
+
+# run as `python bench/forced_layout.py`: its own folder is first on sys.path
+from forced_accuracy import sign_test
 
 LAYOUTS = ("psm", "spm", "spm-joint")
 
@@ -102,15 +104,6 @@ def score(model: Any, tokenizer: Any, seq: list[int], rows: range) -> dict[str, 
     return {"n": len(rows), "hits": int(hit.sum()), "nll": float(nll.sum()),
             "first_line_tokens": k, "first_line_exact": bool(hit[:k].all()), "first_line_nll": float(nll[:k].sum()),
             "prompt_tokens": rows.start + 1}
-
-
-def sign_test(a: int, b: int) -> float:
-    """Two-sided exact binomial test of a vs b at p = 1/2."""
-    n = a + b
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(a, b) + 1)) / 2 ** n
-    return round(min(1.0, 2 * tail), 4)
 
 
 def summarize(layouts: list[Layout], per_task: list[dict[str, Any]]) -> dict[str, Any]:
