@@ -70,10 +70,9 @@ class Layout:
         return cls(order, int(n))
 
 
-def sequence(layout: Layout, builder: PromptBuilder, tokenizer: Any, task: Task) -> tuple[list[int], range]:
-    """The prompt in ``layout`` followed by the real middle's tokens, and the rows whose logits
-    predict the middle (row ``i`` predicts token ``i + 1``)."""
-    b = PromptBuilder(tokenizer, replace(builder.windows, max_suffix_tokens=layout.suffix_tokens))
+def sequence(layout: Layout, b: PromptBuilder, tokenizer: Any, task: Task) -> tuple[list[int], range]:
+    """The prompt in ``layout`` (``b``: a builder with its suffix window) followed by the real
+    middle's tokens, and the rows whose logits predict the middle (row ``i`` predicts token ``i + 1``)."""
     p, s, m = b.fim
     pre = tokenizer.encode(b.window_prefix(task.prefix))
     suf = tokenizer.encode(b.window_suffix(task.suffix))
@@ -171,14 +170,16 @@ def main(argv: list[str] | None = None) -> int:
         tasks = [t for t in tasks if t.split == args.split]
     tasks = select_tasks(tasks, args.tasks)
     loaded = load_model(PUBLISHED[DEFAULT_TARGET].name, max_len=4096)
-    builder = PromptBuilder(loaded.tokenizer, PromptWindows())
+    # one builder per layout: each caches the tokenizer's longest token, a pass over the vocabulary
+    builders = {lay: PromptBuilder(loaded.tokenizer, replace(PromptWindows(), max_suffix_tokens=lay.suffix_tokens))
+                for lay in layouts}
 
     per_task = []
     t0 = time.perf_counter()
     for i, task in enumerate(tasks):
         scores = {}
         for lay in layouts:
-            seq, rows = sequence(lay, builder, loaded.tokenizer, task)
+            seq, rows = sequence(lay, builders[lay], loaded.tokenizer, task)
             scores[lay.name] = score(loaded.model, loaded.tokenizer, seq, rows)
         per_task.append({"task": task.id, "language": task.language, "cursor": task.cursor, "layouts": scores})
         print(f"{i + 1}/{len(tasks)} {task.id} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
