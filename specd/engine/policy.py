@@ -163,12 +163,17 @@ class CostModel:
                    None if heads is None else float(heads))
 
 
+def _chance(c: float) -> float:
+    """A drafter's confidence as a probability (clamped to [0, 1])."""
+    return min(max(c, 0.0), 1.0)
+
+
 def _chain_odds(confidences: list[float]) -> tuple[float, float]:
     """(the chance every draft of a chain is accepted, the round's expected tokens), each
     draft's confidence counted as its acceptance."""
     survive, tokens = 1.0, 1.0
     for c in confidences:
-        survive *= min(max(c, 0.0), 1.0)
+        survive *= _chance(c)
         tokens += survive
     return survive, tokens
 
@@ -278,7 +283,7 @@ class AdaptiveK(_Budgets):
         if not confidences or siblings >= len(self.sibling):
             return False
         _, tokens = _chain_odds(confidences)
-        missed = 1.0 - _chain_odds(confidences[:1])[0]  # ... and every earlier sibling
+        missed = 1.0 - _chance(confidences[0])  # ... and every earlier sibling
         for r in range(siblings):
             tokens += missed * self.sibling[r]
             missed *= 1.0 - self.sibling[r]
