@@ -75,7 +75,7 @@ def sequence(layout: Layout, b: PromptBuilder, tokenizer: Any, task: Task) -> tu
     middle's tokens, and the rows whose logits predict the middle (row ``i`` predicts token ``i + 1``)."""
     p, s, m = b.fim
     pre = tokenizer.encode(b.window_prefix(task.prefix))
-    suf = tokenizer.encode(b.window_suffix(task.suffix))
+    suf = tokenizer.encode(b.window_suffix(task.suffix, task.prefix))
     prompt = {"psm": [p, *pre, s, *suf, m],
               "spm": [s, *suf, p, *pre, m],
               "spm-joint": [p, s, *suf, m, *pre]}[layout.order]

@@ -180,6 +180,29 @@ def test_prompt_windows_bound_the_prompt() -> None:
     assert "line 99\n<|fim_suffix|>after 0\n" in text and text.startswith("<|fim_prefix|>line ")
 
 
+def test_the_suffix_window_is_the_mid_line_one_where_text_precedes_the_cursor() -> None:
+    """A key typed within a line makes the whole suffix window be computed again: there the window
+    is ``mid_line_suffix_tokens``. After indentation only (a line start, an empty line in a block)
+    it is ``max_suffix_tokens``, where what follows tells the model which block to write."""
+    from specd.engine.prompt import PromptWindows
+    windows = PromptWindows(max_prefix_tokens=40, max_suffix_tokens=60, mid_line_suffix_tokens=20)
+    engine = tiny_engine(windows=windows)
+    fim_suffix = engine.tokenizer.token_id("<|fim_suffix|>")
+    suffix = "".join(f"after {i}\n" for i in range(100))  # 8-9 tokens a line (the byte tokenizer)
+
+    def suffix_tokens(prefix: str) -> int:
+        ids = engine.prompts.build(prefix, suffix)
+        return len(ids) - ids.index(fim_suffix) - 2  # less <|fim_suffix|> and <|fim_middle|>
+
+    for line_start in ("x = 1\n", "x = 1\n    ", "\t\t", ""):
+        assert 60 - 9 <= suffix_tokens(line_start) <= 60
+    for mid_line in ("x = 1\n    ret", "x = 1\n    return (", "r"):
+        assert 20 - 9 <= suffix_tokens(mid_line) <= 20
+    # the mid-line window never widens the suffix window; 0 (the default) is the suffix window itself
+    assert PromptWindows(max_suffix_tokens=16, mid_line_suffix_tokens=256).suffix_tokens("x = (") == 16
+    assert PromptWindows(max_suffix_tokens=48).suffix_tokens("x = (") == 48
+
+
 def test_prefix_window_start_holds_while_typing() -> None:
     """Typing one character at a time past the window's size keeps the prompt's start (so the
     cached KV of the whole prompt) for a quarter window at a time. A window cut anew at every

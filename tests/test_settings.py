@@ -98,6 +98,7 @@ def test_the_lsp_passes_its_engine_flags_to_the_daemon_it_starts() -> None:
     ({"k": 40}, "engine.k: must be in 0..32"),
     ({"target_quant": "int3"}, "engine.target_quant: must be one of auto, int8, fp8, int4, bf16, fp32"),
     ({"max_suffix_tokens": 0}, "engine.max_suffix_tokens: must be a positive integer"),
+    ({"mid_line_suffix_tokens": -1}, "engine.mid_line_suffix_tokens: must be >= 0"),
     ({"tree": "maybe"}, "engine.tree: must be one of on, off"),
 ])
 def test_bad_engine_settings_are_named(table, message) -> None:

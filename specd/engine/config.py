@@ -93,6 +93,22 @@ class PromptWindows:
     # first suggestion in a newly opened file); 32 is the low-latency choice.
     max_suffix_tokens: int = setting(256, check=_positive,
                                      help="suffix window: tokens after the cursor (each keystroke recomputes them)")
+    # Where text precedes the cursor on its line (typing within a line), at most this many: every key
+    # typed there that reaches the model recomputes the whole suffix window. Off by default (session
+    # 32, bench/RESULTS.md): at 32 a keystroke that recomputes the suffix takes ~0.35 s instead of
+    # ~1.7 s on 2 cores, but the default's keystroke p50 is already 0.28x llama-server's (token healing
+    # makes keys typed within a word cost one token).
+    mid_line_suffix_tokens: int = setting(0, check=_not_negative,
+                                          help="suffix window where text precedes the cursor on its line, at most "
+                                               "max_suffix_tokens (typing within a line: each keystroke that "
+                                               "reaches the model recomputes these; 0: max_suffix_tokens)")
+
+    def suffix_tokens(self, prefix: str) -> int:
+        """The suffix window for a cursor after ``prefix``: ``mid_line_suffix_tokens`` (when set)
+        where text precedes the cursor on its line, else ``max_suffix_tokens`` (never more than it)."""
+        if self.mid_line_suffix_tokens and prefix[prefix.rfind("\n") + 1 :].strip():
+            return min(self.mid_line_suffix_tokens, self.max_suffix_tokens)
+        return self.max_suffix_tokens
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 ``<|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>`` — the model writes the middle.
 The prefix window keeps the last ``max_prefix_tokens`` tokens before the cursor, cut at a line
-start; the suffix window keeps the first ``max_suffix_tokens`` after it, cut at a line end.
+start; the suffix window keeps the first ``max_suffix_tokens`` after it (``mid_line_suffix_tokens``
+where text precedes the cursor on its line), cut at a line end.
 """
 
 from __future__ import annotations
@@ -61,8 +62,10 @@ class PromptBuilder:
         nl = tail.find("\n")
         return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
 
-    def window_suffix(self, suffix: str) -> str:
-        limit = self.windows.max_suffix_tokens
+    def window_suffix(self, suffix: str, prefix: str = "") -> str:
+        """The head of ``suffix`` that fits the window for a cursor after ``prefix``
+        (:meth:`PromptWindows.suffix_tokens`), ending at a line end when cut."""
+        limit = self.windows.suffix_tokens(prefix)
         ids = self.tokenizer.encode(suffix[: self._span(limit)])
         if len(ids) <= limit:
             return suffix
@@ -78,7 +81,7 @@ class PromptBuilder:
         """The prompt, with the last ``heal(ids)`` tokens of the text before the cursor (``ids``:
         the prefix's tokens) taken out, and the tokens taken out
         (token healing, ``specd.engine.healing``; ``heal`` None: none)."""
-        prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix)
+        prefix, suffix = self.window_prefix(prefix), self.window_suffix(suffix, prefix)
         if self.fim is None:  # no FIM tokens: plain left-to-right completion
             return _cut(self.tokenizer.encode(prefix), heal)
         p, s, m = self.fim

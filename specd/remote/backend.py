@@ -72,7 +72,7 @@ class RemoteBackend:
         """What serves (no API key: it is never reported)."""
         return {"backend": self.driver.name, "url": self.http.spec.url, "model": self._facts.get("model"),
                 "max_len": self.max_len, **{k: getattr(self.prompt.builder.windows, k) for k in
-                                            ("max_prefix_tokens", "max_suffix_tokens")}}
+                                            ("max_prefix_tokens", "max_suffix_tokens", "mid_line_suffix_tokens")}}
 
     def health(self) -> dict[str, Any]:
         with self._lock:

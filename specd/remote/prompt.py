@@ -74,5 +74,6 @@ class RemotePrompt:
         return self.tokenizer.decode(self.builder.build(request.prefix, request.suffix))
 
     def infill_parts(self, request: CompletionRequest) -> InfillParts:
-        return InfillParts(self.builder.window_prefix(request.prefix), self.builder.window_suffix(request.suffix))
+        return InfillParts(self.builder.window_prefix(request.prefix),
+                           self.builder.window_suffix(request.suffix, request.prefix))
 
