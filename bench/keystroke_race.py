@@ -38,7 +38,7 @@ from decode_race import Specd
 
 from specd.bench.llamacpp_bin import LlamaServer, find_binaries
 from specd.bench.machine import machine_info
-from specd.bench.quality import stop_for
+from specd.bench.quality import specd_params, stop_for
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path
 from specd.engine.config import DEFAULT_TARGET
 from specd.models.pull import gguf_path
@@ -61,11 +61,8 @@ def chosen_tasks(split: str, per_kind: int, keys: int) -> list[Task]:
 
 
 def specd_key(daemon: Specd, task: Task, prefix: str, max_tokens: int) -> dict[str, Any]:
-    params: dict[str, Any] = {"prefix": prefix, "suffix": task.suffix, "max_tokens": max_tokens, "temperature": 0}
-    if stop_for(task):
-        params["stop"] = stop_for(task)
     t0 = time.perf_counter()
-    r = daemon.client.call("complete", params)
+    r = daemon.client.call("complete", {**specd_params(task, max_tokens), "prefix": prefix})
     wall = (time.perf_counter() - t0) * 1e3
     s = r["stats"]
     return {"wall_ms": round(wall, 2), "recomputed": s["prompt_tokens"] - s["prefill_reused"],
