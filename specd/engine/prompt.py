@@ -62,7 +62,7 @@ class PromptBuilder:
         nl = tail.find("\n")
         return tail[nl + 1 :] if 0 <= nl < len(tail) - 1 else tail
 
-    def window_suffix(self, suffix: str, prefix: str = "") -> str:
+    def window_suffix(self, suffix: str, prefix: str) -> str:
         """The head of ``suffix`` that fits the window for a cursor after ``prefix``
         (:meth:`PromptWindows.suffix_tokens`), ending at a line end when cut."""
         limit = self.windows.suffix_tokens(prefix)
