@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from specd.requests import CompletionRequest
 from specd.lsp.backend import Backend, BackendUnavailable, Superseded
@@ -48,11 +48,15 @@ class Prewarmer:
         self.debug = debug
         self.sleep = sleep
 
-    def send(self, slots: WarmSlots, uri: str, request: CompletionRequest, session: str) -> None:
-        """Warms ``request``'s prompt for ``uri``, replacing the document's warm in flight."""
+    def send(self, slots: WarmSlots, uri: str, request: CompletionRequest | Sequence[CompletionRequest],
+             session: str) -> None:
+        """Warms ``request``'s prompt for ``uri`` (several: one after the other, in order),
+        replacing the document's warm in flight."""
         slots.cancel_warm()
-        self.counters.warms += 1
-        task = asyncio.ensure_future(self._warm(uri, request, session))
+        requests = [request] if isinstance(request, CompletionRequest) else list(request)
+        if not requests:
+            return
+        task = asyncio.ensure_future(self._warm_all(uri, requests, session))
         slots.warming = task
         task.add_done_callback(lambda t: setattr(slots, "warming", None) if slots.warming is t else None)
 
@@ -71,10 +75,18 @@ class Prewarmer:
         slots.pause = None  # it fired (a cancelled timer never gets here)
         then()
 
-    async def _warm(self, uri: str, request: CompletionRequest, session: str) -> None:
+    async def _warm_all(self, uri: str, requests: list[CompletionRequest], session: str) -> None:
+        for request in requests:
+            if not await self._warm(uri, request, session):
+                return
+
+    async def _warm(self, uri: str, request: CompletionRequest, session: str) -> bool:
+        """One warm; False when it did not complete (preempted, failed, cancelled)."""
+        self.counters.warms += 1
         try:
             tokens = await self.backend.warm(request, session)
             self.debug(f"warmed {uri}: {tokens} prompt tokens cached")
+            return True
         except Superseded:
             self.debug(f"a warm of {uri} was preempted")
         except BackendUnavailable as e:
@@ -85,3 +97,4 @@ class Prewarmer:
         except Exception as e:  # a warm must never take the server down
             self.counters.warm_errors += 1
             self.log(f"warm failed (completions go on): {type(e).__name__}: {e}")
+        return False

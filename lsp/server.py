@@ -180,7 +180,7 @@ def end_of_insert(line: int, character: int, text: str, encoding: str) -> tuple[
 def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings:
     """``initializationOptions`` or ``workspace/didChangeConfiguration`` settings (optionally under
     ``"specd"``): ``{"maxTokens": int, "lineBudgetMs": number | null, "debounce": bool, "prewarm": bool,
-    "requestAhead": bool}``; bad values are logged and ignored."""
+    "prewarmAfterEnter": bool, "requestAhead": bool}``; bad values are logged and ignored."""
     if not isinstance(options, dict):
         return settings
     max_tokens = options.get("maxTokens")
@@ -210,6 +210,7 @@ def apply_options(settings: LspSettings, options: Any, warn: Any) -> LspSettings
 SWITCHES = {
     "debounce": lambda s, v: dataclasses.replace(s, debounce=dataclasses.replace(s.debounce, enabled=v)),
     "prewarm": lambda s, v: dataclasses.replace(s, prewarm=dataclasses.replace(s.prewarm, enabled=v)),
+    "prewarmAfterEnter": lambda s, v: dataclasses.replace(s, prewarm=dataclasses.replace(s.prewarm, after_enter=v)),
     "requestAhead": lambda s, v: dataclasses.replace(s, request_ahead=v),
 }
 

@@ -10,8 +10,9 @@ Less work reaches the daemon, and less of it waits for the user:
 - debounce: a request waits a time that follows the user's typing speed (``debounce.py``) and is
   dropped when a newer edit or request comes meanwhile; while it waits, its prompt is warmed;
 - prewarming (``prewarm.py``): the daemon computes the prompt the next request will use (``warm``,
-  the lowest priority) when a document opens, when the user pauses after an edit, and when an edit
-  lands far from the previous one (a cursor jump); a warm never delays a completion (the daemon
+  the lowest priority) when a document opens, when the user pauses after an edit (at the end of a
+  line also the prompt of the line after Enter, ``enter.py``), and when an edit lands far from the
+  previous one (a cursor jump); a warm never delays a completion (the daemon
   preempts it, and a completion request here cancels this document's warm) and its errors are only
   logged;
 - request-ahead (``ahead.py``): when an edit inserts the suggestion on screen (accepted), the next
@@ -35,6 +36,7 @@ from specd.lsp.backend import Backend, BackendUnavailable
 from specd.lsp.counters import ServiceCounters
 from specd.lsp.debounce import Debouncer
 from specd.lsp.documents import Documents
+from specd.lsp.enter import after_enter
 from specd.lsp.per_document import DocumentStates, PerDocument
 from specd.lsp.postprocess import postprocess
 from specd.lsp.prewarm import Prewarmer
@@ -228,16 +230,30 @@ class CompletionService:
         at = state.cursor
         if doc is None or at is None or state.ahead.pending:
             return
-        if state.inflight.computed(doc.version):
-            return  # a completion already computed this version's prompt
-        self._warm(uri, state, *at)
+        # the cursor's prompt, unless a completion already computed this version's; then, at the end
+        # of a line, the prompt of the line after Enter (lowest priority: any request preempts it)
+        requests = [] if state.inflight.computed(doc.version) else self._warm_requests(uri, *at)
+        if self.settings.prewarm.after_enter:
+            enter = after_enter(doc.text, *at, self.documents.encoding(), self.settings.window.prefix_lines)
+            if enter is not None:
+                window = cut_window(enter.text, enter.line, enter.character, self.documents.encoding(),
+                                    self.settings.window)
+                if window is not None:
+                    requests.append(self.request_for(window))
+        if requests:
+            self.prewarm.send(state.warm, uri, requests, self._session(uri))
 
     def _warm(self, uri: str, state: PerDocument, line: int, character: int) -> None:
+        requests = self._warm_requests(uri, line, character)
+        if requests:
+            self.prewarm.send(state.warm, uri, requests, self._session(uri))
+
+    def _warm_requests(self, uri: str, line: int, character: int) -> list[CompletionRequest]:
+        """The request at ``(line, character)`` a warm computes the prompt of (none: nothing there)."""
         snap = self.snapshot(uri, line, character)
-        if snap is None:
-            return
-        if snap.window.prefix or snap.window.suffix:
-            self.prewarm.send(state.warm, uri, self.request_for(snap.window), self._session(uri))
+        if snap is None or not (snap.window.prefix or snap.window.suffix):
+            return []
+        return [self.request_for(snap.window)]
 
     async def close(self) -> None:
         self._states.drop_all()

@@ -44,6 +44,9 @@ class PrewarmSettings:
     pause_ms: float = 400.0  # idle time after an edit before the cursor's prompt is warmed
     jump_lines: int = 20  # an edit this many lines from the previous one is a cursor jump: warm at once
     on_open: bool = True  # warm a newly opened document's prompt
+    # at a pause at the end of a line with text, warm as well the prompt of the line after Enter, with
+    # the indentation an editor gives it (specd.lsp.enter; bench/enter_warm.py measures it)
+    after_enter: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The LSP server through a real ``specd serve`` (tiny pair): the debounce follows the typing speed
 (fast typing sends fewer completions to the daemon than slow typing, counted by the daemon's
-``stats``), and a newly opened document is warmed through the daemon's ``warm`` method.
+``stats``), a newly opened document is warmed through the daemon's ``warm`` method, and a pause at
+a line's end leaves the prompt of the line after Enter computed in the daemon.
 
 The typing test runs the completion service in this process, over the LSP's daemon backend and
 socket to the real daemon, on a fake clock and sleep (``tests/fake_time.py``): the gaps between keys
@@ -29,6 +30,8 @@ from specd.lsp.daemon_backend import DaemonBackend
 from specd.lsp.server import apply_options
 from specd.lsp.service import CompletionService, Suggestion
 from specd.lsp.settings import LspSettings
+from specd.lsp.shaping import completion_request, request_params
+from specd.lsp.window import cut_window
 from tests.daemon_harness import ServeProcess, short_dir
 from tests.fake_time import FakeTime
 from tests.lsp_session import TINY_SERVER, initialize, inline_params, open_doc
@@ -143,3 +146,47 @@ async def test_a_newly_opened_document_is_warmed_through_the_daemon(client: Lang
         await asyncio.sleep(0.1)
     assert stats()["served"] == before["served"]  # a warm, not a completion
     assert not any("warm failed" in m.message for m in client.log_messages)
+
+
+async def warms_ended(daemon: ServeProcess, before: dict, count: int) -> None:
+    """Waits until ``count`` more warms ended in the daemon (the bound is against hangs)."""
+    deadline = time.monotonic() + 60
+    while daemon.stats()["requests"]["warmed"] - before["warmed"] < count:
+        assert time.monotonic() < deadline, "the warms did not reach the daemon"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("after_enter", [True, False])
+async def test_a_pause_at_a_lines_end_leaves_the_line_after_enter_computed(daemon: ServeProcess,
+                                                                            after_enter: bool) -> None:
+    """The pause's warms through the real daemon; then the request the editor sends after Enter and
+    the indentation finds its whole prompt cached (with the warm off, the text after the cursor
+    is computed again: the control)."""
+    fake = FakeTime()
+    docs = MemoryDocuments()
+    logs: list[str] = []
+    settings = apply_options(LspSettings(), {"maxTokens": 4, "requestAhead": False, "debounce": False,
+                                             "prewarmAfterEnter": after_enter}, logs.append)
+    svc = CompletionService(DaemonBackend(daemon.socket, None, logs.append), docs, settings, logs.append,
+                            clock=fake.clock, sleep=fake.sleep)
+    uri = f"{ROOT}/enter_{after_enter}.py"
+    text = "def f(x):\n    y = compute(x)\n\n\ndef g():\n    return f(2) + f(3)\n"
+    try:
+        docs.put(uri, text)
+        before = daemon.stats()["requests"]
+        svc.changed(uri, (1, 18))  # the cursor at the end of "    y = compute(x)"
+        await fake.advance(settings.prewarm.pause_ms / 1e3 + 0.1)
+        await warms_ended(daemon, before, 2 if after_enter else 1)
+        entered = text.replace("compute(x)\n", "compute(x)\n    \n", 1)
+        window = cut_window(entered, 2, 4, "utf-16", settings.window)
+        assert window is not None
+        with Client(daemon.socket, timeout=60) as c:
+            r = c.call("complete", request_params(completion_request(window, settings), "another"))
+        recomputed = r["stats"]["prompt_tokens"] - r["stats"]["prefill_reused"]
+        if after_enter:
+            assert recomputed <= 1
+        else:
+            assert recomputed > len(window.suffix) // 2  # the suffix, computed again
+        assert logs == []
+    finally:
+        await svc.close()

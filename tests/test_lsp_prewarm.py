@@ -72,7 +72,7 @@ async def test_a_newly_opened_document_is_warmed_with_the_prompt_its_first_reque
 
 async def test_a_pause_after_an_edit_warms_the_cursors_prompt_unless_a_request_computed_it(fake: FakeTime) -> None:
     backend = Scripted(["return n"], fake.sleep)
-    svc, docs, _ = service(backend, fake, on_open=False)
+    svc, docs, _ = service(backend, fake, on_open=False, after_enter=False)
     docs.put(URI, DOC)
     svc.opened(URI)
     text = type_at(docs, svc, DOC, 1, 4, "r")
@@ -175,13 +175,15 @@ async def test_typing_something_else_is_no_accept(fake: FakeTime) -> None:
 
 @pytest.mark.parametrize("options,attr,value", [
     ({"prewarm": False}, "prewarm", False), ({"debounce": False}, "debounce", False),
-    ({"requestAhead": False}, "request_ahead", False)])
+    ({"requestAhead": False}, "request_ahead", False), ({"prewarmAfterEnter": False}, "prewarm.after_enter", False)])
 def test_the_switches_are_editor_options(options, attr, value) -> None:
     from specd.lsp.server import apply_options
 
     warnings: list[str] = []
     s = apply_options(LspSettings(), options, warnings.append)
-    got = getattr(s, attr)
+    got: object = s
+    for name in attr.split("."):
+        got = getattr(got, name)
     assert (got.enabled if dataclasses.is_dataclass(got) else got) is value and warnings == []
     assert apply_options(LspSettings(), {"prewarm": "yes"}, warnings.append) == LspSettings() and warnings
 
@@ -193,3 +195,56 @@ async def test_an_empty_answer_is_not_asked_again(fake: FakeTime) -> None:
     svc.opened(URI)
     assert await fake.run(svc.suggest(URI, 1, 4)) is None
     assert len(backend.completes) == 1
+
+
+def enter_at(text: str, line: int, indent: str) -> str:
+    """``text`` with Enter and ``indent`` typed at the end of ``line``."""
+    lines = text.split("\n")
+    return "\n".join(lines[: line + 1] + [indent] + lines[line + 1 :])
+
+
+async def test_a_pause_at_a_lines_end_warms_the_line_after_enter_too(fake: FakeTime) -> None:
+    backend = Scripted(["return n"], fake.sleep)
+    svc, docs, _ = service(backend, fake, on_open=False)
+    docs.put(URI, DOC)
+    svc.opened(URI)
+    text = type_at(docs, svc, DOC, 1, 4, "r")
+    await settle(fake)
+    # the cursor's prompt first, then the next line's at the line's indentation
+    assert backend.warms == [request_at(svc, text, 1, 5), request_at(svc, enter_at(text, 1, "    "), 2, 4)]
+    text = type_at(docs, svc, text, 1, 5, "e")
+    assert await fake.run(svc.suggest(URI, 1, 6)) is not None
+    await settle(fake)
+    # the request computed the cursor's prompt: only the line after Enter is warmed
+    assert backend.warms[2:] == [request_at(svc, enter_at(text, 1, "    "), 2, 4)]
+
+
+async def test_after_a_line_that_opens_a_block_the_next_line_is_warmed_one_level_deeper(fake: FakeTime) -> None:
+    backend = Scripted(["return n"], fake.sleep)
+    svc, docs, _ = service(backend, fake, on_open=False)
+    doc = "if x:\n  y = 1\n  if y:\n    pass\n\n"
+    docs.put(URI, doc)
+    svc.opened(URI)
+    text = type_at(docs, svc, doc, 4, 0, "while y:")
+    await settle(fake)
+    assert backend.warms[-1] == request_at(svc, enter_at(text, 4, "  "), 5, 2)  # the document's level: 2 spaces
+
+
+async def test_a_pause_inside_a_line_warms_no_line_after_enter(fake: FakeTime) -> None:
+    backend = Scripted(["return n"], fake.sleep)
+    svc, docs, _ = service(backend, fake, on_open=False)
+    docs.put(URI, DOC)
+    svc.opened(URI)
+    text = type_at(docs, svc, DOC, 2, 0, "y")  # "yx0 = 0": text after the cursor
+    await settle(fake)
+    assert backend.warms == [request_at(svc, text, 2, 1)]
+
+
+async def test_a_warm_that_does_not_complete_is_not_followed_by_the_next(fake: FakeTime) -> None:
+    backend = Scripted(["return n"], fake.sleep, warm_error=True)
+    svc, docs, logs = service(backend, fake, on_open=False)
+    docs.put(URI, DOC)
+    svc.opened(URI)
+    type_at(docs, svc, DOC, 1, 4, "r")
+    await settle(fake)
+    assert len(backend.warms) == 1 and svc.counters.warm_errors == 1
