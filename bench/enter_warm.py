@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import threading
 import time
@@ -39,20 +38,16 @@ from pathlib import Path
 from typing import Any
 
 from decode_race import Specd
-from keystroke_race import spread
+from keystroke_race import spread, start_llama
 
-from specd.bench.llamacpp_bin import LlamaServer, find_binaries
 from specd.bench.machine import machine_info
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path
 from specd.daemon.client import Client, DaemonError
 from specd.daemon.protocol import WARM_PARAMS
-from specd.engine.config import DEFAULT_TARGET
 from specd.lsp.enter import after_enter
 from specd.lsp.settings import LspSettings
 from specd.lsp.shaping import completion_request, request_params
 from specd.lsp.window import cut_window
-from specd.models.pull import gguf_path
-from specd.models.registry import PUBLISHED
 
 SESSION = "enter-bench"
 ENCODING = "utf-16"
@@ -108,12 +103,7 @@ def main() -> int:
     settings = LspSettings()
     tasks = chosen_tasks(args.split, args.per_kind)
     daemons = {m: Specd(["--threads", str(args.threads)]) for m in ("specd", "enter")}
-    llama = None
-    if not args.no_llama:
-        bins = find_binaries()
-        if bins is None:
-            raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
-        llama = LlamaServer(bins, gguf_path(PUBLISHED[DEFAULT_TARGET]), args.threads).start()
+    llama = None if args.no_llama else start_llama(args.threads)
     modes = [*daemons, *(["llama"] if llama is not None else [])]
     raw: list[dict[str, Any]] = []
     try:

@@ -77,6 +77,14 @@ def llama_key(llama: LlamaServer, task: Task, prefix: str, max_tokens: int) -> d
             "prompt_ms": round(r.prompt_ms, 2), "tokens": r.predicted_n, "text": r.text}
 
 
+def start_llama(threads: int) -> LlamaServer:
+    """llama-server on the default target's GGUF, llama.vscode's CPU settings (exits when not built)."""
+    bins = find_binaries()
+    if bins is None:
+        raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
+    return LlamaServer(bins, gguf_path(PUBLISHED[DEFAULT_TARGET]), threads).start()
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"p50": round(statistics.median(values), 1), "p10": round(percentile(values, 10), 1),
             "p90": round(percentile(values, 90), 1), "n": len(values)}
@@ -103,12 +111,7 @@ def main() -> int:
             raise SystemExit(f"--variant: {v!r}: name it NAME=FLAGS, a name no other mode has")
         flags[name] = shlex.split(f)
     daemons = {m: Specd(["--threads", str(args.threads), *args.specd_args, *f]) for m, f in flags.items()}
-    llama = None
-    if not args.no_llama:
-        bins = find_binaries()
-        if bins is None:
-            raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
-        llama = LlamaServer(bins, gguf_path(PUBLISHED[DEFAULT_TARGET]), args.threads).start()
+    llama = None if args.no_llama else start_llama(args.threads)
     modes = [*daemons, *(["llama"] if llama is not None else [])]
     raw: list[dict[str, Any]] = []
     try:

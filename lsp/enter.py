@@ -22,7 +22,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from specd.lsp.positions import EOL, column_to_index, index_to_column, line_end, line_start
+from specd.lsp.positions import EOL, cursor_line, index_to_column, line_start
 
 OPENERS = ("{", "(", "[", ":")
 DEFAULT_LEVEL = "    "
@@ -62,12 +62,11 @@ def after_enter(text: str, line: int, character: int, encoding: str, context_lin
     """``text`` after Enter at ``(line, character)`` with the guessed indentation, or None where
     the cursor is not at the end of a line with text on it (a blank line's Enter changes only
     whitespace the prompt already ends in; Enter inside a line splits it, which is no new line)."""
-    start = line_start(text, line)
-    if start is None or character < 0:
+    at = cursor_line(text, line, character, encoding)
+    if at is None:
         return None
-    end = line_end(text, start)
+    start, end, index = at
     current = text[start:end]
-    index = column_to_index(current, character, encoding)
     if index != len(current) or not current.strip():
         return None
     m = EOL.search(text)

@@ -60,3 +60,14 @@ def line_end(text: str, start: int) -> int:
     """The offset of the line break ending the line that starts at ``start`` (or the text's end)."""
     m = EOL.search(text, start)
     return m.start() if m else len(text)
+
+
+def cursor_line(text: str, line: int, character: int, encoding: str) -> tuple[int, int, int] | None:
+    """Where the cursor at ``(line, character)`` is: its line's start and end offsets in ``text``
+    and its code-point index in that line (a character past the line's end means its end), or
+    None when the line is outside the text."""
+    start = line_start(text, line)
+    if start is None or character < 0:
+        return None
+    end = line_end(text, start)
+    return start, end, column_to_index(text[start:end], character, encoding)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specd.lsp.positions import EOL, column_to_index, index_to_column, line_end, line_start
+from specd.lsp.positions import EOL, cursor_line, index_to_column, line_start
 
 
 @dataclass(frozen=True)
@@ -33,12 +33,11 @@ def cut_window(text: str, line: int, character: int, encoding: str,
                limits: WindowLimits = WindowLimits()) -> Window | None:
     """The window around ``(line, character)``; None when the line is outside the document.
     A character past the end of its line means the line's end (as LSP says)."""
-    start = line_start(text, line)
-    if start is None or character < 0:
+    at = cursor_line(text, line, character, encoding)
+    if at is None:
         return None
-    end = line_end(text, start)
+    start, end, index = at
     current = text[start:end]
-    index = column_to_index(current, character, encoding)
     cursor = start + index
     # the first line kept moves in steps of a quarter of prefix_lines, so that typing on (and
     # adding lines) keeps the prompt's start, and the daemon's cached KV for it, unchanged

@@ -24,7 +24,8 @@ function settings(): Settings {
   const get = <K extends keyof Settings>(key: K): Settings[K] => c.get<Settings[K]>(key, DEFAULTS[key]) as Settings[K];
   return {
     enable: get("enable"), command: get("command"), args: get("args"), languages: get("languages"),
-    maxTokens: get("maxTokens"), lineBudgetMs: get("lineBudgetMs"), prewarm: get("prewarm"), debounce: get("debounce"),
+    maxTokens: get("maxTokens"), lineBudgetMs: get("lineBudgetMs"), prewarm: get("prewarm"),
+    prewarmAfterEnter: get("prewarmAfterEnter"), debounce: get("debounce"),
     requestAhead: get("requestAhead"), backend: get("backend"),
     remoteModel: get("remoteModel"), remoteTokenizer: get("remoteTokenizer"), configFile: get("configFile"),
   };

@@ -13,6 +13,7 @@ export interface Settings {
   maxTokens: number;
   lineBudgetMs: number | null;
   prewarm: boolean;
+  prewarmAfterEnter: boolean;
   debounce: boolean;
   requestAhead: boolean;
   backend: string; // "" | "local" | "in-process" | "openai:URL" | "llama-server:URL"
@@ -29,6 +30,7 @@ export const DEFAULTS: Settings = {
   maxTokens: 64,
   lineBudgetMs: 1000,
   prewarm: true,
+  prewarmAfterEnter: true,
   debounce: true,
   requestAhead: true,
   backend: "",
@@ -39,7 +41,7 @@ export const DEFAULTS: Settings = {
 
 /** The server's options (README, "Editors"): sent as initializationOptions and, when a setting
  * changes, as `workspace/didChangeConfiguration` settings under `specd`. */
-export type ServerOptions = Pick<Settings, "maxTokens" | "lineBudgetMs" | "prewarm" | "debounce" | "requestAhead"> & {
+export type ServerOptions = Pick<Settings, "maxTokens" | "lineBudgetMs" | "prewarm" | "prewarmAfterEnter" | "debounce" | "requestAhead"> & {
   statusNotifications?: boolean; // initializationOptions only: ask for `specd/status`
 };
 
@@ -47,7 +49,8 @@ export function serverOptions(s: Settings): ServerOptions {
   const maxTokens = Number.isInteger(s.maxTokens) && s.maxTokens >= 1 && s.maxTokens <= 4096 ? s.maxTokens : DEFAULTS.maxTokens;
   const b = s.lineBudgetMs;
   const lineBudgetMs = b === null || (typeof b === "number" && Number.isFinite(b) && b >= 0) ? b : DEFAULTS.lineBudgetMs;
-  return { maxTokens, lineBudgetMs, prewarm: !!s.prewarm, debounce: !!s.debounce, requestAhead: !!s.requestAhead };
+  return { maxTokens, lineBudgetMs, prewarm: !!s.prewarm, prewarmAfterEnter: !!s.prewarmAfterEnter, debounce: !!s.debounce,
+    requestAhead: !!s.requestAhead };
 }
 
 /** How to start the server: the executable, its arguments, and a config file to write first

@@ -8,7 +8,7 @@ const { DEFAULTS, launch, serverOptions, statusView } = require("../out/options.
 test("the server's options come from the settings, a bad maxTokens falls back", () => {
   const s = { ...DEFAULTS, maxTokens: 24, prewarm: false };
   assert.deepStrictEqual(serverOptions(s),
-    { maxTokens: 24, lineBudgetMs: 1000, prewarm: false, debounce: true, requestAhead: true });
+    { maxTokens: 24, lineBudgetMs: 1000, prewarm: false, prewarmAfterEnter: true, debounce: true, requestAhead: true });
   assert.strictEqual(serverOptions({ ...DEFAULTS, lineBudgetMs: null }).lineBudgetMs, null);
   assert.strictEqual(serverOptions({ ...DEFAULTS, lineBudgetMs: -5 }).lineBudgetMs, 1000);
   assert.strictEqual(serverOptions({ ...DEFAULTS, maxTokens: 0 }).maxTokens, 64);
