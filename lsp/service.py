@@ -234,14 +234,18 @@ class CompletionService:
         # of a line, the prompt of the line after Enter (lowest priority: any request preempts it)
         requests = [] if state.inflight.computed(doc.version) else self._warm_requests(uri, *at)
         if self.settings.prewarm.after_enter:
-            enter = after_enter(doc.text, *at, self.documents.encoding(), self.settings.window.prefix_lines)
-            if enter is not None:
-                window = cut_window(enter.text, enter.line, enter.character, self.documents.encoding(),
-                                    self.settings.window)
-                if window is not None:
-                    requests.append(self.request_for(window))
+            requests += self._after_enter_requests(doc.text, *at)
         if requests:
             self.prewarm.send(state.warm, uri, requests, self._session(uri))
+
+    def _after_enter_requests(self, text: str, line: int, character: int) -> list[CompletionRequest]:
+        """The request of the line after Enter at ``(line, character)`` (none: not a line's end)."""
+        encoding = self.documents.encoding()
+        enter = after_enter(text, line, character, encoding, self.settings.window.prefix_lines)
+        if enter is None:
+            return []
+        window = cut_window(enter.text, enter.line, enter.character, encoding, self.settings.window)
+        return [] if window is None else [self.request_for(window)]
 
     def _warm(self, uri: str, state: PerDocument, line: int, character: int) -> None:
         requests = self._warm_requests(uri, line, character)
