@@ -30,6 +30,7 @@ warm's own ms, and the line-end request's ms per mode. Run it alone:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import threading
@@ -43,11 +44,12 @@ from keystroke_race import spread, start_llama
 from specd.bench.machine import machine_info
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path
 from specd.daemon.client import Client, DaemonError
-from specd.daemon.protocol import WARM_PARAMS
-from specd.lsp.enter import after_enter
+from specd.lsp.daemon_backend import warm_params
+from specd.lsp.enter import window_after_enter
 from specd.lsp.settings import LspSettings
 from specd.lsp.shaping import completion_request, request_params
-from specd.lsp.window import cut_window
+from specd.lsp.window import Window, cut_window
+from specd.requests import CompletionRequest
 
 SESSION = "enter-bench"
 ENCODING = "utf-16"
@@ -71,16 +73,11 @@ def chosen_tasks(split: str, per_kind: int) -> list[Task]:
     return out
 
 
-def params_at(text: str, line: int, character: int, settings: LspSettings, max_tokens: int) -> dict[str, Any]:
-    window = cut_window(text, line, character, ENCODING, settings.window)
+def request_at(window: Window | None, settings: LspSettings, max_tokens: int) -> CompletionRequest:
+    """The request ``specd lsp`` sends at ``window``, with ``max_tokens``."""
     if window is None:
-        raise ValueError(f"no window at {line}:{character}")
-    return {**request_params(completion_request(window, settings), SESSION), "max_tokens": max_tokens}
-
-
-def warm_of(params: dict[str, Any]) -> dict[str, Any]:
-    """``warm``'s params for the ``complete`` params ``params`` (those that shape the prompt)."""
-    return {k: v for k, v in params.items() if k in WARM_PARAMS}
+        raise ValueError("no window there")
+    return dataclasses.replace(completion_request(window, settings), max_tokens=max_tokens)
 
 
 def timed_call(client: Client, method: str, params: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -114,40 +111,39 @@ def main() -> int:
             doc = before + t.suffix  # the document before Enter, the cursor at the end of `line`
             real = t.prefix + t.suffix
             last = t.prefix.rsplit("\n", 1)[1]
-            a = params_at(doc, line, column, settings, args.max_tokens)
-            b = params_at(real, line + 1, len(last), settings, args.max_tokens)
-            enter = after_enter(doc, line, column, ENCODING, settings.window.prefix_lines)
-            assert enter is not None, t.id
-            guess = params_at(enter.text, enter.line, enter.character, settings, args.max_tokens)
-            right = guess["prefix"] == b["prefix"]
+            a = request_at(cut_window(doc, line, column, ENCODING, settings.window), settings, args.max_tokens)
+            b = request_at(cut_window(real, line + 1, len(last), ENCODING, settings.window), settings, args.max_tokens)
+            guess = request_at(window_after_enter(doc, line, column, ENCODING, settings.window), settings,
+                               args.max_tokens)
+            right = guess.prefix == b.prefix
             row: dict[str, Any] = {"task": t.id, "language": t.language, "cursor": t.cursor, "guess_right": right}
             for d in daemons.values():
-                d.client.call("warm", warm_of(a))
+                d.client.call("warm", warm_params(a, SESSION))
             if llama is not None:
-                llama.infill(a["prefix"], a["suffix"], 0, cache_prompt=True)
-            row["warm_ms"], _ = timed_call(daemons["enter"].client, "warm", warm_of(guess))
+                llama.infill(a.prefix, a.suffix, 0, cache_prompt=True)
+            row["warm_ms"], _ = timed_call(daemons["enter"].client, "warm", warm_params(guess, SESSION))
             for m in (modes if i % 2 == 0 else modes[::-1]):
                 if m == "llama":
-                    r = llama.infill(b["prefix"], b["suffix"], args.max_tokens, cache_prompt=True)
+                    r = llama.infill(b.prefix, b.suffix, args.max_tokens, cache_prompt=True)
                     row[m] = {"wall_ms": round(r.wall_ms, 2), "recomputed": r.prompt_n}
                 else:
-                    wall, r = timed_call(daemons[m].client, "complete", b)
+                    wall, r = timed_call(daemons[m].client, "complete", request_params(b, SESSION))
                     s = r["stats"]
                     row[m] = {"wall_ms": round(wall, 2), "recomputed": s["prompt_tokens"] - s["prefill_reused"]}
             # a request at the line's end instead of Enter, with the warm of the line after Enter in flight
             # in `enter`; `specd`'s after it, alone (two daemons computing at once would share the cores)
             for d in daemons.values():
-                d.client.call("warm", warm_of(a))
+                d.client.call("warm", warm_params(a, SESSION))
             warm_client = Client(daemons["enter"].sock, timeout=900)
             try:
                 warming = threading.Thread(target=_quiet, args=(warm_client, guess))
                 warming.start()
                 time.sleep(args.key_after_ms / 1e3)
-                row["key_enter_ms"], _ = timed_call(daemons["enter"].client, "complete", a)
+                row["key_enter_ms"], _ = timed_call(daemons["enter"].client, "complete", request_params(a, SESSION))
                 warming.join()
             finally:
                 warm_client.close()
-            row["key_specd_ms"], _ = timed_call(daemons["specd"].client, "complete", a)
+            row["key_specd_ms"], _ = timed_call(daemons["specd"].client, "complete", request_params(a, SESSION))
             raw.append(row)
             print(f"{i + 1}/{len(tasks)} {t.id}: guess {'right' if right else 'wrong'}, warm {row['warm_ms']:.0f} ms; "
                   + ", ".join(f"{m} {row[m]['wall_ms']:.0f} ms ({row[m]['recomputed']} tok)" for m in modes)
@@ -179,10 +175,10 @@ def main() -> int:
     return 0
 
 
-def _quiet(client: Client, params: dict[str, Any]) -> None:
+def _quiet(client: Client, request: CompletionRequest) -> None:
     """A warm that a completion preempts ends in an error: that is the expected end here."""
     try:
-        client.call("warm", warm_of(params))
+        client.call("warm", warm_params(request, SESSION))
     except DaemonError:
         pass
 

@@ -23,6 +23,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from specd.lsp.positions import EOL, cursor_line, index_to_column, line_start
+from specd.lsp.window import Window, WindowLimits, cut_window
 
 OPENERS = ("{", "(", "[", ":")
 DEFAULT_LEVEL = "    "
@@ -75,3 +76,13 @@ def after_enter(text: str, line: int, character: int, encoding: str, context_lin
     indent = indent_after(current, text[above:end])
     return AfterEnter(text[:end] + eol + indent + text[end:], line + 1,
                       index_to_column(indent, len(indent), encoding))
+
+
+def window_after_enter(text: str, line: int, character: int, encoding: str, limits: WindowLimits) -> Window | None:
+    """The window the request of the line after Enter at ``(line, character)`` will have (what
+    the server warms; None where :func:`after_enter` is), the indentation level read from the
+    lines the prefix window holds."""
+    enter = after_enter(text, line, character, encoding, limits.prefix_lines)
+    if enter is None:
+        return None
+    return cut_window(enter.text, enter.line, enter.character, encoding, limits)

@@ -36,7 +36,7 @@ from specd.lsp.backend import Backend, BackendUnavailable
 from specd.lsp.counters import ServiceCounters
 from specd.lsp.debounce import Debouncer
 from specd.lsp.documents import Documents
-from specd.lsp.enter import after_enter
+from specd.lsp.enter import window_after_enter
 from specd.lsp.per_document import DocumentStates, PerDocument
 from specd.lsp.postprocess import postprocess
 from specd.lsp.prewarm import Prewarmer
@@ -240,11 +240,7 @@ class CompletionService:
 
     def _after_enter_requests(self, text: str, line: int, character: int) -> list[CompletionRequest]:
         """The request of the line after Enter at ``(line, character)`` (none: not a line's end)."""
-        encoding = self.documents.encoding()
-        enter = after_enter(text, line, character, encoding, self.settings.window.prefix_lines)
-        if enter is None:
-            return []
-        window = cut_window(enter.text, enter.line, enter.character, encoding, self.settings.window)
+        window = window_after_enter(text, line, character, self.documents.encoding(), self.settings.window)
         return [] if window is None else [self.request_for(window)]
 
     def _warm(self, uri: str, state: PerDocument, line: int, character: int) -> None:
