@@ -127,12 +127,16 @@ def test_which_endings_are_healed(prefix: str, whitespace: str, prefix_rule: str
         assert healed[healed.index(s):] == full[full.index(s):]
 
 
-def test_the_constraint_allows_extensions_and_prefixes_of_the_removed_text() -> None:
+def test_the_constraint_allows_extensions_and_the_prefixes_the_tokenizer_writes() -> None:
     index = vocab_index(TOK, PromptBuilder(TOK).stop_ids)
     assert vocab_index(TOK, PromptBuilder(TOK).stop_ids) is index  # built once per tokenizer
+    longer = {"\t\t\t\t", "\t\t\t\t\t", "\t\t\t\tr", "\t\t\t\tre", "\t\t\t\tret", "\t\t\t\tretu",
+              "\t\t\t\tretur", "\t\t\t\treturn"}
     allowed = {TOK.decode([i]) for i in index.allowed(b"\t\t", VOCAB).nonzero().flatten().tolist()}
-    assert allowed == {"\t", "\t\t", "\t\t\t\t", "\t\t\t\t\t", "\t\t\t\tr", "\t\t\t\tre", "\t\t\t\tret",
-                       "\t\t\t\tretu", "\t\t\t\tretur", "\t\t\t\treturn"}
+    assert allowed == {"\t\t"} | longer  # two tabs are always written as one token, never tab + tab
+    # three tabs then anything are written two tabs first: one tab alone is not a way to start
+    allowed = {TOK.decode([i]) for i in index.allowed(b"\t\t\t", VOCAB).nonzero().flatten().tolist()}
+    assert allowed == {"\t\t"} | longer
     assert index.extends(b"\t") and not index.extends(b"\t\t\t\treturn") and not index.extends(b".bar")
     assert not index.allowed(b"<", VOCAB)[[TOK.token_id(t) for t in SPECIALS]].any()  # control tokens never
 
@@ -330,3 +334,44 @@ def test_real_pair_no_extra_tab_after_tab_indentation(real_engine) -> None:
     spec = healed.complete(CompletionRequest(GO_PREFIX, GO_SUFFIX, max_tokens=8, mode="spec"))
     target = healed.complete(CompletionRequest(GO_PREFIX, GO_SUFFIX, max_tokens=8, mode="target"))
     assert spec.tokens == target.tokens and spec.text.startswith("elem")
+
+
+# Texts as a file has them, split where the healed prompt would end (the removed token's text, then
+# what follows it): indentation before words and before closers, tabs, a member access, a non-ASCII word.
+REAL_TEXTS = ["      if x >= 0 {", "\n        self.run()", "\t\t\telem := x", "    }", "obj.bar()", "    \n",
+              "        return None", "  # é comment", "\t\t\t\t\"quoted\"", "x == y"]
+
+
+@pytest.mark.real_models
+@pytest.mark.parametrize("text", REAL_TEXTS)
+def test_real_tokenizer_the_way_it_writes_a_text_is_always_allowed(real_engine, text: str) -> None:
+    """Wherever the cursor is in the text, the healing constraint lets through, step by step, the
+    tokens the tokenizer writes for the removed text and what follows it."""
+    tok = real_engine.tokenizer
+    index = vocab_index(tok, PromptBuilder(tok).stop_ids)
+    healed = 0
+    for cursor in range(1, len(text)):
+        removed = index.bytes.get(tok.encode(text[:cursor])[-1], b"")
+        if not index.extends(removed):
+            continue  # not healed there
+        healed += 1
+        rest = removed
+        for t in tok.encode(removed.decode() + text[cursor:]):
+            assert index.allowed(rest, tok.vocab_size)[t], (text, cursor, removed, rest, index.bytes[t])
+            got = index.bytes[t]
+            rest = rest[len(got):] if len(got) < len(rest) else b""
+            if not rest:
+                break
+    assert healed > 0
+
+
+@pytest.mark.real_models
+def test_real_tokenizer_indentation_is_not_covered_one_space_at_a_time(real_engine) -> None:
+    """Six spaces before a word are written five spaces then `` word``: healing six spaces may start
+    with five, never with one (the model once wrote six one-space tokens that way, then lost its place)."""
+    tok = real_engine.tokenizer
+    index = vocab_index(tok, PromptBuilder(tok).stop_ids)
+    allowed = index.allowed(b"      ", tok.vocab_size)
+    assert allowed[tok.encode("     ")[0]] and not allowed[tok.encode(" ")[0]]
+    assert all(index.bytes[i].startswith(b"      ") or index.bytes[i] == b"     "
+               for i in allowed.nonzero().flatten().tolist())
