@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -143,3 +145,25 @@ def test_first_per_kind_takes_each_language_and_kind_alike(tasks) -> None:
     assert Counter((t.language, t.kind) for t in chosen) == {(lang, k): 5 for lang in LANGUAGES
                                                              for k in ("line_start", "mid_line", "block")}
     assert [t.id for t in chosen] == [t.id for t in test if t in chosen]  # file order kept
+
+
+def _quality_tasks_script():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "quality_tasks.py"
+    spec = importlib.util.spec_from_file_location("quality_tasks_script", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_fresh_split_shares_no_source_with_dev_or_test_and_is_never_shipped(tasks) -> None:
+    assert {t.split for t in tasks} == {"dev", "test"}
+    qt = _quality_tasks_script()
+    fresh = {s.fetch for s in qt.SOURCES if s.split == "fresh"}
+    shipped = {s.fetch for s in qt.SOURCES if s.split in ("dev", "test")}
+    assert fresh and not fresh & shipped
+    # --fresh must name a file of its own: the shipped one holds dev and test only
+    r = subprocess.run([sys.executable, str(Path(qt.__file__)), "--fresh", "5"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--out" in r.stderr
