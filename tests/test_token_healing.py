@@ -348,20 +348,21 @@ def test_real_tokenizer_the_way_it_writes_a_text_is_always_allowed(real_engine, 
     """Wherever the cursor is in the text, the healing constraint lets through, step by step, the
     tokens the tokenizer writes for the removed text and what follows it."""
     tok = real_engine.tokenizer
-    index = vocab_index(tok, PromptBuilder(tok).stop_ids)
+    healer = Healer(tok, "prefix", PromptBuilder(tok).stop_ids)
     healed = 0
     for cursor in range(1, len(text)):
-        removed = index.bytes.get(tok.encode(text[:cursor])[-1], b"")
-        if not index.extends(removed):
+        before = tok.encode(text[:cursor])
+        if not healer.cut(before):
             continue  # not healed there
         healed += 1
-        rest = removed
-        for t in tok.encode(removed.decode() + text[cursor:]):
-            assert index.allowed(rest, tok.vocab_size)[t], (text, cursor, removed, rest, index.bytes[t])
-            got = index.bytes[t]
-            rest = rest[len(got):] if len(got) < len(rest) else b""
-            if not rest:
-                break
+        healing = healer.begin(before[-1:])
+        after = healer.constraint(healing, 0, tok.vocab_size)  # the tokens after the prompt -> the mask
+        written = tok.encode(healing.removed + text[cursor:])
+        for k, t in enumerate(written):
+            mask = after(written[:k])
+            if mask is None:
+                break  # covered
+            assert mask[t], (text, cursor, healing.removed, tok.decode(written[:k]), tok.decode([t]))
     assert healed > 0
 
 

@@ -158,7 +158,6 @@ class VocabIndex:
                 self._masks[key] = mask
         return mask
 
-
     def splits(self, rest: bytes) -> list[int]:
         """The tokens shorter than ``rest`` that may start covering it: those the tokenizer writes
         first for ``rest`` followed by one more character (:data:`PROBES`), and that are a prefix
