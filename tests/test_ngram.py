@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from specd.engine.engine import CompletionRequest
-from specd.engine.ngram import HybridDrafter, NgramDrafter, lookup
+from specd.engine.ngram import HybridDrafter, NgramDrafter, find, lookup
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import Decoding, generate
 from tests.test_sampling import _chi2_pvalue, output_distribution
@@ -20,6 +20,8 @@ def test_lookup_takes_the_latest_longest_match() -> None:
     assert lookup([5, 6, 7, 5, 6], 4) == [7, 5, 6]
     assert lookup([1, 2, 3, 4], 3) == []  # no repeated tail
     assert lookup([4, 4], 3, min_ngram=1) == [4]
+    assert find(seq) == (2, 5)  # the match's length and where its latest earlier occurrence starts
+    assert find([1, 2, 3, 4, 9, 1, 2, 3, 4]) == (4, 0) and find([1, 2, 3, 4]) == (0, -1)
 
 
 def test_one_hot_drafts_keep_the_target_distribution_exactly() -> None:

@@ -10,7 +10,10 @@ distribution), so the rejection rule keeps the output exactly the target's.
 ``HybridDrafter`` takes n-gram drafts when a match exists and the draft model's otherwise: per
 round, the cheaper source of likely tokens. Lookup drafts are free (no model call), so how many
 to verify is the policy's ``lookup_k``, chosen from lookup's own acceptance estimate with no draft
-cost (``specd.engine.policy``); they never teach the model's estimate.
+cost (``specd.engine.policy``); they never teach the model's estimate. (One estimate for every
+match length: a four-token match is right more often and further on than a two-token one, but an
+estimate and a count per length decoded level with it through the daemon; bench/RESULTS.md,
+session 35.)
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from specd.engine.drafters import Chain, Drafter, Proposal
 from specd.engine.sampling import SamplingParams
 
 
-def lookup(seq: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2) -> list[int]:
-    """Up to ``k`` tokens that followed the latest earlier occurrence of ``seq``'s tail."""
+def find(seq: list[int], max_ngram: int = 4, min_ngram: int = 2) -> tuple[int, int]:
+    """``(n, j)``: the longest tail of ``seq`` (``n`` tokens, ``min_ngram`` to ``max_ngram``) seen
+    earlier, and where its latest earlier occurrence starts; ``(0, -1)`` when none is."""
     n_total = len(seq)
     for n in range(min(max_ngram, n_total - 1), min_ngram - 1, -1):
         tail = seq[n_total - n :]
@@ -31,8 +35,14 @@ def lookup(seq: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2) -> li
         # latest start j < n_total - n with seq[j:j+n] == tail and a continuation after it
         for j in range(n_total - n - 1, -1, -1):
             if seq[j] == first and seq[j : j + n] == tail:
-                return seq[j + n : j + n + k]
-    return []
+                return n, j
+    return 0, -1
+
+
+def lookup(seq: list[int], k: int, max_ngram: int = 4, min_ngram: int = 2) -> list[int]:
+    """Up to ``k`` tokens that followed the latest earlier occurrence of ``seq``'s tail."""
+    n, j = find(seq, max_ngram, min_ngram)
+    return seq[j + n : j + n + k] if n else []
 
 
 class NgramDrafter:
