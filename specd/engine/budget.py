@@ -11,8 +11,6 @@ once it sees the draft's distribution. The rules:
 - **free_k**: at most this many drafts that cost no model call from the previous suggestion's
   tokens (source ``AHEAD``);
 - **lookup_k**: at most this many drafts from prompt lookup (source ``LOOKUP``; no model call);
-  **lookup_ks**, where the policy keeps them: at most this many for a match of this length (the
-  tokens of the sequence's tail found earlier; ``lookup_for``), ``lookup_k`` for lengths it has not;
 - **drafter**: which drafter that pays a step per draft makes this round's ``k`` drafts, where
   there are two (``--drafter auto``): the draft model (``MODEL``) or the draft heads (``HEADS``);
 - **branch**: the policy's gate for each **sibling** a drafter offers beside its first draft (its
@@ -54,11 +52,6 @@ class DraftBudget:
     lookup_k: int = 0
     drafter: str = MODEL
     branch: Branch | None = None
-    lookup_ks: dict[int, int] | None = None
-
-    def lookup_for(self, match: int) -> int:
-        """At most this many prompt-lookup drafts after a match of ``match`` tokens."""
-        return self.lookup_k if self.lookup_ks is None else self.lookup_ks.get(match, self.lookup_k)
 
     @property
     def wants_confidence(self) -> bool:

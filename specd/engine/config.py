@@ -155,11 +155,6 @@ class EngineConfig:
                               help="EAGLE drafts: candidates at the first draft position, the head's first "
                                    "draft and up to N-1 of its next choices beside it (a token tree, as "
                                    "K auto's branch gate takes them); 1: a chain")
-    # on by measurement (bench/RESULTS.md, session 35): a lookup that found the last four tokens
-    # earlier is right more often and further on than one that found two
-    lookup_by_match: str = setting("on", choices=TREE,
-                                   help="K auto: prompt lookup's draft count learned per match length (the tokens "
-                                        "of the sequence's tail found earlier), or one count for all (off)")
     tree: str = setting("off", choices=TREE,
                         help="token trees: verify several candidates where the draft is unsure")
     tree_width: int = setting(3, check=_positive, help="candidates per uncertain draft position with --tree on")

@@ -29,15 +29,12 @@ class Chain:
     time the drafter spent on context it had not seen (a new prompt's rows of an EAGLE head's
     cache; the tokens another drafter drafted, which a draft model's first forward takes in beyond
     an ordinary step's): part of the round's wall time, but prefill-like work that the cost of a
-    draft step, which K auto learns from the rounds, must not carry. ``match``: prompt lookup's
-    drafts, how many of the sequence's last tokens were found earlier (``specd.engine.ngram.find``;
-    0: not a lookup's), which K auto keeps an estimate per."""
+    draft step, which K auto learns from the rounds, must not carry."""
 
     tokens: torch.Tensor
     probs: torch.Tensor | None
     source: str = MODEL
     catch_up_ms: float = 0.0
-    match: int = 0
 
     def __len__(self) -> int:
         return int(self.tokens.numel())

@@ -164,8 +164,7 @@ class Engine:
                 raise ValueError("k='auto' needs the measured step costs: build the engine with "
                                  "specd.app.build_engine, or pass costs")
             self._policy = StructureK(costs, make_classifier(tokenizer), min_prob=config.draft_min_prob,
-                                      drafters=step_drafters(drafter, costs),
-                                      lookup_by_match=config.lookup_by_match == "on")
+                                      drafters=step_drafters(drafter, costs))
         self._lock = threading.Lock()  # one generation at a time: the KV caches are shared state
         self._continuation = ContinuationCache()
         # the draft model's cache follows the prompt unless only n-gram lookup drafts

@@ -59,9 +59,8 @@ class NgramDrafter:
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
                 generator: torch.Generator | None) -> Chain:
-        n, j = find(seq, self.max_ngram, self.min_ngram)
-        found = seq[j + n : j + n + budget.lookup_for(n)] if n else []
-        return Chain(torch.tensor(found, dtype=torch.long), None, LOOKUP, match=n)
+        found = lookup(seq, budget.lookup_k, self.max_ngram, self.min_ngram)
+        return Chain(torch.tensor(found, dtype=torch.long), None, LOOKUP)
 
     def commit(self, valid: int) -> None:
         pass
@@ -85,7 +84,7 @@ class HybridDrafter:
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
                 generator: torch.Generator | None) -> Proposal:
         found = self.ngram.propose(seq, budget, params, generator)
-        if len(found) >= min(self.min_tokens, budget.lookup_for(found.match)) and len(found) > 0:
+        if len(found) >= min(self.min_tokens, budget.lookup_k) and len(found) > 0:
             self.ngram_rounds += 1
             return found
         self.model_rounds += 1

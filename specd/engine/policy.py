@@ -36,9 +36,9 @@ class KPolicy(Protocol):
         ``tokens_left`` the tokens the request may still emit (a round emits its drafts + 1)."""
         ...
 
-    def observe(self, drafted: int, accepted: int, source: str = MODEL, match: int = 0) -> None:
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         """What a round did: ``drafted`` drafts from ``source`` (``specd.engine.budget``), of
-        which the first ``accepted`` were kept; ``match``: a lookup's match length (``Chain.match``)."""
+        which the first ``accepted`` were kept."""
         ...
 
     def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
@@ -91,20 +91,14 @@ class _Budgets:
         """How many prompt-lookup drafts to verify next; None: the round's K."""
         return None
 
-    def choose_lookups(self) -> dict[int, int] | None:
-        """How many prompt-lookup drafts to verify next after a match of each length the policy
-        keeps an estimate for; None (or a length it has none for): ``choose_lookup``'s."""
-        return None
-
     def budget(self, seq: list[int], tokens_left: int) -> DraftBudget:
         cap = max(tokens_left - 1, 0)  # K drafts + 1 recovered/bonus token: never past the budget
         k = min(self.choose(seq), cap)
-        free, lookup, by_match = self.choose_free(), self.choose_lookup(), self.choose_lookups()
+        free, lookup = self.choose_free(), self.choose_lookup()
         return DraftBudget(k=k, gate=self.keep_drafting if self.gated else None, min_prob=self.min_prob,
                            free_k=cap if free is None else min(free, cap),
                            lookup_k=k if lookup is None else min(lookup, cap), drafter=self.chosen_drafter(),
-                           branch=self.keep_branching,
-                           lookup_ks=None if by_match is None else {n: min(v, cap) for n, v in by_match.items()})
+                           branch=self.keep_branching)
 
 
 @dataclass
@@ -121,7 +115,7 @@ class FixedK(_Budgets):
     def keep_drafting(self, confidences: list[float]) -> bool:
         return True
 
-    def observe(self, drafted: int, accepted: int, source: str = MODEL, match: int = 0) -> None:
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         pass
 
 
@@ -313,7 +307,7 @@ class AdaptiveK(_Budgets):
         docstring: a running mean with the prior, then an exponential average)."""
         return max(self.decay, 1.0 / (self.prior_weight + seen + 1))
 
-    def observe(self, drafted: int, accepted: int, source: str = MODEL, match: int = 0) -> None:
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         if source != self.source:
             return
         if self.probing and drafted:
@@ -426,14 +420,7 @@ class StructureK(_Budgets):
     The other one is not observed while it is not chosen, so its estimate could stay too low for
     ever: after ``explore_every`` rounds of a kind without it, it drafts one round at its own best
     K (at least one draft). An exploration that does not make it the best again doubles the wait
-    (up to ``explore_max`` rounds); being chosen on its merits resets it.
-
-    **Prompt lookup by match length**: a lookup that found the sequence's last four tokens earlier
-    is repeated text, right more often and for longer than one that found two (on the dev race
-    tasks' greedy answers, first draft 0.82 against 0.48, and 2.16 against 0.93 drafts accepted
-    at a cap of 3: ``bench/lookup_matches.py``, bench/RESULTS.md session 35). So each match length
-    gets its own estimate and its own count of drafts from its first lookup round on; lengths not
-    seen yet take the pooled one's (``lookup_by_match`` False: the pooled one's for all)."""
+    (up to ``explore_max`` rounds); being chosen on its merits resets it."""
 
     PRIORS = {"boilerplate": 0.85, "code": 0.7, "text": 0.5}
     # Free drafts cost no draft step, but each verified row costs what the curve says: their count
@@ -449,10 +436,8 @@ class StructureK(_Budgets):
 
     def __init__(self, cost: CostModel, classify: Callable[[list[int]], str], k_max: int = 8,
                  priors: dict[str, float] | None = None, min_prob: float = 0.0,
-                 drafters: dict[str, float] | None = None, explore_every: int = 16, explore_max: int = 256,
-                 lookup_by_match: bool = True) -> None:
+                 drafters: dict[str, float] | None = None, explore_every: int = 16, explore_max: int = 256) -> None:
         self.classify = classify
-        self.lookup_by_match = lookup_by_match
         self.min_prob = min_prob
         self.k_max = k_max
         self.live = LiveCosts(cost, steps=drafters)
@@ -472,8 +457,7 @@ class StructureK(_Budgets):
         self.explore_every = {(kind, source): explore_every for kind in self.policies for source in self.by_drafter}
         free = CostModel(0.0, cost.verify_ms)
         self.lookahead = AdaptiveK(free, self.LOOKAHEAD_MAX, self.LOOKAHEAD_PRIOR, source=AHEAD)
-        self.lookup = AdaptiveK(free, self.LOOKUP_MAX, self.LOOKUP_PRIOR, source=LOOKUP)  # every match length
-        self.lookups: dict[int, AdaptiveK] = {}  # by match length, from its first lookup round
+        self.lookup = AdaptiveK(free, self.LOOKUP_MAX, self.LOOKUP_PRIOR, source=LOOKUP)
 
     def observe_costs(self, rows: int, verify_ms: float, draft_steps: int = 0, draft_ms: float = 0.0,
                       source: str = MODEL) -> None:
@@ -483,8 +467,8 @@ class StructureK(_Budgets):
                 for policy in policies.values():
                     policy.set_cost(self.live.current(name))
             free = CostModel(0.0, cost.verify_ms)
-            for estimate in (self.lookahead, self.lookup, *self.lookups.values()):
-                estimate.set_cost(free)
+            self.lookahead.set_cost(free)
+            self.lookup.set_cost(free)
 
     def choose(self, seq: list[int] | None = None) -> int:
         kind = self.classify(seq) if seq is not None else "code"
@@ -527,13 +511,8 @@ class StructureK(_Budgets):
     def keep_branching(self, confidences: list[float], siblings: int) -> bool:
         return self.by_drafter[self.drafter][self.current].keep_branching(confidences, siblings)
 
-    def observe(self, drafted: int, accepted: int, source: str = MODEL, match: int = 0) -> None:
+    def observe(self, drafted: int, accepted: int, source: str = MODEL) -> None:
         estimates = [policies[self.current] for policies in self.by_drafter.values()]
-        if source == LOOKUP and match > 0 and self.lookup_by_match:
-            if match not in self.lookups:
-                self.lookups[match] = AdaptiveK(CostModel(0.0, self.cost.verify_ms), self.LOOKUP_MAX,
-                                                self.LOOKUP_PRIOR, source=LOOKUP)
-            estimates.append(self.lookups[match])
         for estimate in (*estimates, self.lookahead, self.lookup):
             estimate.observe(drafted, accepted, source)  # each learns from its own source only
 
@@ -546,9 +525,6 @@ class StructureK(_Budgets):
 
     def choose_lookup(self) -> int | None:
         return self.lookup.choose()
-
-    def choose_lookups(self) -> dict[int, int] | None:
-        return {n: estimate.choose() for n, estimate in self.lookups.items()} or None
 
 
 @torch.inference_mode()

@@ -27,7 +27,6 @@ class Round:
     rows: int = 0  # tokens in the round's target forward (0: not timed)
     verify_ms: float = 0.0  # that forward's wall time (a lone target step's: with its sampling)
     draft_ms: float = 0.0  # the drafter's wall time this round
-    match: int = 0  # prompt lookup's drafts: the length of the tail it found earlier (Chain.match)
 
 
 

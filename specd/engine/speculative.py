@@ -101,7 +101,7 @@ def _decode(target: CausalLM, prompt: list[int], decoding: Decoding, drafter: Dr
         if drafter:
             r = speculative_round(target, drafter, seq, policy.budget(seq, budget - len(out)), decoding, timeline)
             if r.drafted:  # (a tree's chain: how far along it the path went)
-                policy.observe(r.drafted, r.on_chain if r.tree_nodes else r.accepted, r.source, r.match)
+                policy.observe(r.drafted, r.on_chain if r.tree_nodes else r.accepted, r.source)
             if r.siblings_tried:
                 policy.observe_branch(r.siblings_tried, r.branch_hit, r.source)
             if r.rows:  # what the round cost, for a policy that follows this machine's speed
@@ -192,8 +192,7 @@ def chain_round(target: CausalLM, drafter: Drafter, seq: list[int], chain: Chain
     with timeline.span("rollback"):
         target.rollback(n + a)  # cache: seq + d_1..d_a; the next token is fed next round
         drafter.commit(n + a)
-    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.source, rows=k + 1, verify_ms=verify_ms,
-                 match=chain.match)
+    return Round(drafts[:a].tolist() + [verdict.next_token], k, a, chain.source, rows=k + 1, verify_ms=verify_ms)
 
 
 def tree_round(target: CausalLM, drafter: Drafter, seq: list[int], proposal: Tree, decoding: Decoding,
