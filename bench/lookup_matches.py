@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -32,12 +33,7 @@ from specd.engine.ngram import find
 
 def accepted(drafts: list[int], answer: list[int]) -> int:
     """How many of ``drafts`` match ``answer`` from its start."""
-    n = 0
-    for d, a in zip(drafts, answer):
-        if d != a:
-            break
-        n += 1
-    return n
+    return len(os.path.commonprefix([drafts, answer]))
 
 
 def tally(full: list[int], start: int, cap: int, counts: dict[int, list[int]]) -> None:
