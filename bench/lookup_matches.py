@@ -44,10 +44,11 @@ def tally(full: list[int], start: int, cap: int, counts: dict[int, list[int]]) -
         if n == 0:
             continue
         drafts, answer = full[j + n : j + n + cap], full[p:]
+        a = accepted(drafts, answer)  # at cap k: min(a, k)
         row = counts.setdefault(n, [0] * (cap + 1))
         row[0] += 1
         for k in range(1, cap + 1):
-            row[k] += accepted(drafts[:k], answer)
+            row[k] += min(a, k)
 
 
 def main() -> int:

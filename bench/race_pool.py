@@ -49,9 +49,10 @@ def pairs(run: dict, num: str, den: str) -> list[float]:
             if r.get("counted") and f"{num}_ms_per_token" in r and f"{den}_ms_per_token" in r]
 
 
-def pooled_interval(runs: list[dict], num: str, den: str, draws: int, rng: random.Random) -> tuple[float, float, float]:
-    """The median of every run's per-task ratios, and its 5th and 95th percentiles over ``draws``
-    resamplings of whole runs."""
+def pooled_interval(runs: list[dict], num: str, den: str, draws: int,
+                    rng: random.Random) -> tuple[float, float, float, int]:
+    """The median of every run's per-task ratios, its 5th and 95th percentiles over ``draws``
+    resamplings of whole runs, and how many ratios there are."""
     per_run = [pairs(r, num, den) for r in runs]
     every = [x for p in per_run for x in p]
     medians = []
@@ -59,7 +60,7 @@ def pooled_interval(runs: list[dict], num: str, den: str, draws: int, rng: rando
         sample = [x for p in rng.choices(per_run, k=len(per_run)) for x in p]
         medians.append(statistics.median(sample))
     medians.sort()
-    return statistics.median(every), percentile(medians, 5), percentile(medians, 95)
+    return statistics.median(every), percentile(medians, 5), percentile(medians, 95), len(every)
 
 
 def main() -> int:
@@ -87,13 +88,13 @@ def main() -> int:
         values = [r["summary"][name] for r in runs if name in r["summary"]]
         if not values:
             continue
-        med, lo, hi = pooled_interval(runs, num, den, args.draws, rng)
+        med, lo, hi, n_pairs = pooled_interval(runs, num, den, args.draws, rng)
         n_met = sum(meets(v, goal, how) for v in values)
         pooled["ratios"][name] = {"goal": f"{how} {goal}", "runs": len(values), "runs_meeting": n_met,
                                   "run_median": round(statistics.median(values), 3), "run_min": min(values),
                                   "run_max": max(values), "per_task_median": round(med, 3),
                                   "per_task_90pct": [round(lo, 3), round(hi, 3)],
-                                  "per_task_pairs": sum(len(pairs(r, num, den)) for r in runs)}
+                                  "per_task_pairs": n_pairs}
         p = pooled["ratios"][name]
         print(f"{name} (goal {how} {goal}): runs' ratios median {p['run_median']} [{p['run_min']}–{p['run_max']}], "
               f"{n_met} of {len(values)} runs meet it; per task median {p['per_task_median']} "

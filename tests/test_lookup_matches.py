@@ -2,21 +2,11 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
-SCRIPT = Path(__file__).resolve().parents[1] / "bench" / "lookup_matches.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("lookup_matches", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.bench_script import load_bench_script
 
 
 def test_tally_judges_every_answer_position_by_its_match_length() -> None:
-    m = _script()
+    m = load_bench_script("lookup_matches")
     prompt = [1, 2, 3, 4, 5, 9, 8]
     answer = [1, 2, 3, 4, 6]
     counts: dict[int, list[int]] = {}

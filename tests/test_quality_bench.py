@@ -17,6 +17,7 @@ from specd.bench.quality import accepted_chars, edit_similarity, levenshtein, sc
 from specd.bench.tasks import Task, load_tasks, quality_tasks_path
 from specd.cli import main
 from specd.lsp.postprocess import postprocess
+from tests.bench_script import load_bench_script
 from tests.tiny import save_tiny_model
 
 LANGUAGES = {"python", "javascript", "typescript", "c", "cpp", "go", "rust"}
@@ -147,20 +148,9 @@ def test_first_per_kind_takes_each_language_and_kind_alike(tasks) -> None:
     assert [t.id for t in chosen] == [t.id for t in test if t in chosen]  # file order kept
 
 
-def _quality_tasks_script():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "quality_tasks.py"
-    spec = importlib.util.spec_from_file_location("quality_tasks_script", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_fresh_split_shares_no_source_with_dev_or_test_and_is_never_shipped(tasks) -> None:
     assert {t.split for t in tasks} == {"dev", "test"}
-    qt = _quality_tasks_script()
+    qt = load_bench_script("quality_tasks")
     fresh = {s.fetch for s in qt.SOURCES if s.split == "fresh"}
     shipped = {s.fetch for s in qt.SOURCES if s.split in ("dev", "test")}
     assert fresh and not fresh & shipped
