@@ -4,7 +4,8 @@ runtime loads it, a --context-token prompt cached, then forwards over n new toke
 back), the n order alternating, medians of --rounds after two warm-up rounds. Per n: the wall
 time and the kernels' phases (specd.models.profile: linears, attention, the rest of the layers,
 the output head, the team's wait). To compare two builds, run it alternately from two checkouts,
-each with its own built extension. Run it alone on the machine:
+each with its own built extension; to compare KV cache elements, name them all (--kv-cache
+f16,f32: one model, a cache each, taking turns). Run it alone on the machine:
 
     python bench/forward_phases.py target --sizes 1,2,4,6
 """
@@ -20,6 +21,10 @@ import torch
 from specd.app import load_draft, load_target
 from specd.engine.config import EngineConfig
 from specd.engine.timeline import model_phases
+from specd.models.decoder import Decoder
+from specd.models.fused_layers import FusedLayers
+from specd.models.kv_cache import KVCache
+from specd.models.modes import DEFAULT_KV_CACHE, KV_CACHES, kv_element_bytes
 from specd.models.profile import PhaseClock
 
 SHOWN = ("matmul", "attention", "layer_other", "head", "team_wait", "preempted")
@@ -32,28 +37,55 @@ def main() -> int:
     ap.add_argument("--context", type=int, default=600)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--kv-cache", default=DEFAULT_KV_CACHE,
+                    help=f"the KV cache's element (engine.kv_cache: {', '.join(KV_CACHES)}), or several, comma "
+                         f"separated: the same weights with one cache each, taking turns in every round")
     args = ap.parse_args()
+    kinds = args.kv_cache.split(",")
+    if not kinds or any(k not in KV_CACHES for k in kinds):
+        ap.error(f"--kv-cache: one or more of {', '.join(KV_CACHES)}, got {args.kv_cache!r}")
     torch.set_num_threads(args.threads)
-    model = (load_target if args.role == "target" else load_draft)(EngineConfig()).model  # as the daemon loads it
+    config = EngineConfig(kv_cache=kinds[0])
+    model = (load_target if args.role == "target" else load_draft)(config).model  # as the daemon loads it
     print(f"{args.role}: {model.describe()}, context {args.context}, threads {torch.get_num_threads()}")
+    variants = {kind: _with_cache(model, kind) for kind in kinds}  # (fused layers, cache) per kind
     sizes = [int(s) for s in args.sizes.split(",")]
-    model.forward(torch.arange(1000, 1000 + args.context))
-    runs: dict[int, list[dict[str, float]]] = {n: [] for n in sizes}
+    for fused, cache in variants.values():
+        model.fused, model.cache = fused, cache
+        model.forward(torch.arange(1000, 1000 + args.context))
+    runs: dict[tuple[str, int], list[dict[str, float]]] = {(k, n): [] for k in kinds for n in sizes}
     for rnd in range(args.rounds + 2):
         for n in sizes if rnd % 2 else sizes[::-1]:
-            clock = PhaseClock()
-            model.profile(clock)
-            t0 = time.perf_counter()
-            model.forward(torch.arange(5, 5 + n))
-            wall = (time.perf_counter() - t0) * 1e3
-            model.profile(None)
-            model.rollback(args.context)
-            if rnd >= 2:
-                runs[n].append({"wall": wall, **model_phases(clock.take())})
+            for kind in kinds if rnd % 2 else kinds[::-1]:
+                model.fused, model.cache = variants[kind]
+                clock = PhaseClock()
+                model.profile(clock)
+                t0 = time.perf_counter()
+                model.forward(torch.arange(5, 5 + n))
+                wall = (time.perf_counter() - t0) * 1e3
+                model.profile(None)
+                model.rollback(args.context)
+                if rnd >= 2:
+                    runs[kind, n].append({"wall": wall, **model_phases(clock.take())})
     for n in sizes:
-        med = {k: statistics.median(r.get(k, 0.0) for r in runs[n]) for k in ("wall", *SHOWN)}
-        print(f"n={n}: forward {med['wall']:.2f} ms  " + "  ".join(f"{k} {med[k]:.2f}" for k in SHOWN), flush=True)
+        for kind in kinds:
+            med = {k: statistics.median(r.get(k, 0.0) for r in runs[kind, n]) for k in ("wall", *SHOWN)}
+            print(f"n={n} kv {kind}: forward {med['wall']:.2f} ms  " + "  ".join(f"{k} {med[k]:.2f}" for k in SHOWN),
+                  flush=True)
+        for kind in kinds[1:]:  # per round, against the first kind (the two ran side by side)
+            ratio = [a["wall"] / b["wall"] for a, b in zip(runs[kind, n], runs[kinds[0], n])]
+            print(f"n={n}: forward kv {kind} / kv {kinds[0]}, median over rounds {statistics.median(ratio):.3f}")
     return 0
+
+
+def _with_cache(model: Decoder, kind: str) -> tuple[FusedLayers | None, KVCache]:
+    """``model``'s layers over a new KV cache of element ``kind`` (its weights shared)."""
+    dtype = torch.float16 if kv_element_bytes(kind, model.fused is not None) == 2 else torch.float32
+    if model.cache.k.dtype == dtype:
+        return model.fused, model.cache
+    c, cap = model.config, model.cache.capacity
+    fused = None if model.fused is None else FusedLayers(c, model.layers, cap, kv_dtype=dtype)
+    return fused, KVCache(c.num_layers, c.num_kv_heads, c.head_dim, cap, dtype)
 
 
 if __name__ == "__main__":

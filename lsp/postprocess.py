@@ -1,5 +1,7 @@
-"""Post-processing of a raw completion (pure functions; each rule can be switched off).
+"""Post-processing of a raw completion (pure functions; each rule but the first can be switched off).
 
+- end before a NUL character, always: no source file holds one, and an editor would write it into
+  the document (a model that emits one, say a random test model's byte token, is not making code);
 - single line when the cursor is mid-line (text other than whitespace follows it);
 - stop at the end of the current block, judged by indentation;
 - drop trailing text that repeats the suffix (the rest of the line, or the next lines);
@@ -29,7 +31,7 @@ def is_mid_line(line_suffix: str) -> bool:
 def postprocess(text: str, line_prefix: str, line_suffix: str, suffix: str, rules: Rules = Rules()) -> str:
     """``text`` is the raw completion at the cursor; ``line_prefix``/``line_suffix`` the cursor
     line around the cursor; ``suffix`` the text after the cursor (including ``line_suffix``)."""
-    text = text.replace("\r\n", "\n")
+    text = text.split("\0", 1)[0].replace("\r\n", "\n")
     if rules.single_line_mid_line and is_mid_line(line_suffix):
         text = text.split("\n", 1)[0]
     if rules.block_by_indent:

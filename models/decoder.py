@@ -8,7 +8,8 @@ returns logits for every one of them (``[n, vocab]``, float32). The new tokens m
 positions and an arbitrary ``[n, n]`` mask among themselves (token trees); every cached position is
 visible to all of them. Their keys and values are written at cache slots ``length .. length+n-1``.
 
-Numerics: the residual stream, norms, rotary embeddings and attention run in float32. Linear layers
+Numerics: the residual stream, norms, rotary embeddings and attention run in float32 (where the
+layers run in C, the KV cache stores keys and values in float16 by default: ``kv_dtype``). Linear layers
 run in ``compute_dtype``: float32 (matches transformers), or bfloat16 (half the bytes per step). With
 bfloat16 the oneDNN matmul gives each row the same result whatever the number of rows in the
 forward: a position's logits do not depend on how many tokens were verified with it, which is what
@@ -70,13 +71,16 @@ class Decoder(CacheOwner):
         head_rows: list[int] | None = None,
         row_attention: bool = True,
         fused: bool = True,
+        kv_dtype: torch.dtype = torch.float16,
     ) -> None:
         """``linear_factory`` turns each float weight into a layer (quantized ones, see
         ``specd.models.quant``); by default a dense layer in ``compute_dtype``. ``head_rows``
         restricts the output head to those token ids (a draft's sub-vocabulary, see
         ``specd.models.subvocab``): every other token gets logit -inf. ``fused``: run the layers
         through ``specd.models.fused_layers`` when every linear is one of specd's kernels (INT8 or
-        INT4; the default; False keeps the Python loop, the reference it is tested against)."""
+        INT4; the default; False keeps the Python loop, the reference it is tested against).
+        ``kv_dtype``: the KV cache's element where the layers run in C (float16, as llama.cpp keeps
+        it: half the bytes attention reads; or float32); the Python loop keeps float32."""
         self.config = config
         self.compute_dtype = compute_dtype
         self.row_attention = row_attention  # batch-invariant attention (see the module docstring)
@@ -134,13 +138,12 @@ class Decoder(CacheOwner):
             c.rope_theta ** (torch.arange(0, c.head_dim, 2, dtype=torch.float64) / c.head_dim)
         )
         self.inv_freq = inv_freq.to(self.device)  # [hd/2], float64 for exact angles
-        self.cache = KVCache(
-            c.num_layers, c.num_kv_heads, c.head_dim, max_len, torch.float32, self.device
-        )
         # every linear on specd's INT8 (or INT4) kernel: each layer is one C call (specd.models.fused_layers)
         self.fused: FusedLayers | None = None
         if fused and fused_layers.supports(c, self.layers, self.device):
-            self.fused = FusedLayers(c, self.layers, max_len)
+            self.fused = FusedLayers(c, self.layers, max_len, kv_dtype=kv_dtype)
+        self.cache = KVCache(c.num_layers, c.num_kv_heads, c.head_dim, max_len,
+                             kv_dtype if self.fused is not None else torch.float32, self.device)
 
     # -- properties the engine relies on ------------------------------------------------------
     @property
@@ -181,13 +184,14 @@ class Decoder(CacheOwner):
         return angles.cos().float(), angles.sin().float()
 
     def _visible(self, li: int, start: int, i: int, seen: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Keys and values ``[nkv, L, hd]`` that new token ``i`` attends to: the cache, then the
-        new tokens it sees. ``seen`` None means new tokens ``0..i`` (a view, no copy)."""
+        """Keys and values ``[nkv, L, hd]`` (float32) that new token ``i`` attends to: the cache,
+        then the new tokens it sees. ``seen`` None means new tokens ``0..i`` (a view of a float32
+        cache, no copy; a float16 cache, kept for the C layers, is read here only by calibration)."""
         cache = self.cache
         if seen is None:
-            return cache.k[li, :, : start + i + 1], cache.v[li, :, : start + i + 1]
+            return cache.k[li, :, : start + i + 1].float(), cache.v[li, :, : start + i + 1].float()
         slots = torch.cat([torch.arange(start), start + seen])  # a tree row: gather its ancestors
-        return cache.k[li][:, slots], cache.v[li][:, slots]
+        return cache.k[li][:, slots].float(), cache.v[li][:, slots].float()
 
     @staticmethod
     def _attend_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
@@ -291,8 +295,8 @@ class Decoder(CacheOwner):
                     for i in range(n)
                 ]).view(n, nh * hd)
             else:
-                keys = cache.k[li, :, :end]  # [nkv, end, hd]
-                values = cache.v[li, :, :end]
+                keys = cache.k[li, :, :end].float()  # [nkv, end, hd]
+                values = cache.v[li, :, :end].float()
                 # queries grouped by their kv head: [nkv, group * n, hd]; row r = (g, i)
                 qg = q.view(n, nkv, group, hd).permute(1, 2, 0, 3).reshape(nkv, group * n, hd)
                 scores = (qg @ keys.transpose(1, 2)) * scale  # [nkv, group * n, end]

@@ -1,7 +1,7 @@
 """How much memory a model will take, known before it is loaded, and how much the machine has.
 
 A model's footprint is its weights in the mode it will run as plus its KV cache (preallocated
-for ``max_len`` positions, float32). The weights are read from what is on disk without loading
+for ``max_len`` positions: float16 where the layers run in specd's C kernels, else float32). The weights are read from what is on disk without loading
 them: a GGUF file's tensor table (quant mode ``gguf`` runs those bytes as stored), or the
 parameter count of the config for the modes that quantize or convert the weights at load. The
 numbers are estimates (within a few percent: the small norms and biases are counted as float32,
@@ -19,7 +19,7 @@ from pathlib import Path
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
 from specd.models.gguf_model import FLOAT_TYPES, GgufFile, TensorInfo
-from specd.models.modes import AUTO_QUANT, GGUF_QUANT, auto_target_quant
+from specd.models.modes import AUTO_QUANT, DEFAULT_KV_CACHE, GGUF_QUANT, KERNEL_QUANTS, auto_target_quant, kv_element_bytes
 from specd.models import hub_gguf
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED
@@ -47,16 +47,17 @@ class Footprint:
         return self.weight_bytes + self.kv_cache_bytes
 
 
-def kv_cache_bytes(config: ModelConfig, max_len: int) -> int:
-    """Keys and values of every layer for ``max_len`` positions, float32 (``KVCache``)."""
-    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * max_len * 4
+def kv_cache_bytes(config: ModelConfig, max_len: int, element_bytes: int = 4) -> int:
+    """Keys and values of every layer for ``max_len`` positions (``KVCache``), ``element_bytes`` each."""
+    return 2 * config.num_layers * config.num_kv_heads * config.head_dim * max_len * element_bytes
 
 
 def estimate(spec: str, quant: str, max_len: int, device: str = "cpu", head_vocab: int = 0,
-             gguf_kernels: bool = True) -> Footprint | None:
+             gguf_kernels: bool = True, kv_cache: str = DEFAULT_KV_CACHE) -> Footprint | None:
     """The footprint of ``spec`` (a published name, ``.gguf`` file or Hugging Face directory) in
     ``quant``, read from disk without loading it; None where it cannot be known before loading (a
-    hub id not downloaded yet, a file the loader will refuse with its own error)."""
+    hub id not downloaded yet, a file the loader will refuse with its own error). ``gguf_kernels``:
+    whether specd's kernels run it (built, not on ONNX Runtime), where ``kv_cache`` applies."""
     path = _local_path(spec)
     if path is None:
         return None
@@ -80,7 +81,11 @@ def estimate(spec: str, quant: str, max_len: int, device: str = "cpu", head_voca
             weights += head * head_rows // config.vocab_size
     else:
         weights = _converted_weight_bytes(config, quant, head_rows, stored, device)
-    return Footprint(spec, quant, int(weights), kv_cache_bytes(config, max_len))
+    # the layers run in C (where kv_cache applies): specd's INT8 / INT4, or a GGUF file's blocks
+    # when no layer matrix is stored as floats (those run dense)
+    fused = device == "cpu" and gguf_kernels and (quant in KERNEL_QUANTS or quant == GGUF_QUANT and stored is not None and not any(
+        t.qtype in FLOAT_TYPES for n, t in file.tensors.items() if n.startswith("blk.") and len(t.dims) == 2))
+    return Footprint(spec, quant, int(weights), kv_cache_bytes(config, max_len, kv_element_bytes(kv_cache, fused)))
 
 
 def _gguf_mode_bytes(t: TensorInfo) -> int:

@@ -35,6 +35,9 @@ def supports(config: ModelConfig, layers: list[dict], device: torch.device) -> b
 
 
 _LINEARS = ("qkv", "o", "gate_up", "down")
+# the KV cache's element types the C layer reads and writes (float16: half the bytes attention
+# streams; each key and value rounded once, when written)
+KV_DTYPES = (torch.float32, torch.float16)
 _KINDS = (int_linear.Q8Linear, int_linear.Q4Linear, GgufLinear)  # their ``packed`` and ``bits`` are what q8_layer reads
 
 
@@ -87,16 +90,21 @@ class FusedLayers:
     kernels already stream the weights once per 64 rows, so it costs no extra weight traffic.
     """
 
-    def __init__(self, config: ModelConfig, layers: list[dict], capacity: int, chunk: int = 64) -> None:
+    def __init__(self, config: ModelConfig, layers: list[dict], capacity: int, chunk: int = 64,
+                 kv_dtype: torch.dtype = torch.float32) -> None:
         c = config
         _check_layers(c, layers)
         if capacity <= 0:
             raise ValueError(f"cache capacity {capacity}: expected at least one position")
+        if kv_dtype not in KV_DTYPES:
+            raise ValueError(f"KV cache of {kv_dtype}: the C layer keeps float32 or float16")
+        self.kv_dtype = kv_dtype
         self.chunk = chunk
         self.kernel = kernels.kernel()
         self.eps = float(c.rms_norm_eps)
         dims = {"hidden": c.hidden_size, "heads": c.num_heads, "kv_heads": c.num_kv_heads, "head_dim": c.head_dim,
-                "intermediate": c.intermediate_size, "capacity": capacity, "bits": layers[0]["qkv"].bits}
+                "intermediate": c.intermediate_size, "capacity": capacity, "bits": layers[0]["qkv"].bits,
+                "kv_f16": int(kv_dtype == torch.float16)}
         # in the order of the ABI's q8_layer_dims / q8_layer_weights tables (checked at load)
         self.dims = (ctypes.c_int64 * len(kernels.LAYER_DIMS))(*[dims[name] for name in kernels.LAYER_DIMS])
         self._keep = []  # the tensors the pointers point into
@@ -111,12 +119,13 @@ class FusedLayers:
         self._scratch = torch.empty(0)
         self._layers = len(layers)
         self._shape = (c.hidden_size, c.num_kv_heads, capacity, c.head_dim)  # H, nkv, capacity, hd
-        self._stride = c.num_kv_heads * capacity * c.head_dim  # floats per layer in the KV cache
+        # bytes per layer in the KV cache
+        self._stride = c.num_kv_heads * capacity * c.head_dim * torch.empty(0, dtype=kv_dtype).element_size()
 
     def run(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor, mask: torch.Tensor | None, clock: PhaseClock | None = None) -> None:
         """All layers over ``x`` ``[n, H]`` (float32, contiguous; updated in place); ``k``/``v``
-        the cache ``[layers, nkv, capacity, hd]`` (written at ``start .. start+n-1``); ``cos``/
+        the cache ``[layers, nkv, capacity, hd]`` of ``kv_dtype`` (written at ``start .. start+n-1``); ``cos``/
         ``sin`` ``[n, hd]``; ``mask`` ``[n, n]`` uint8 or None (causal). TypeError / ValueError
         naming the tensor when a dtype, shape or the range ``start .. start+n-1`` does not fit.
         ``clock``: add the kernels' phase seconds to it (``specd.models.profile``)."""
@@ -127,8 +136,8 @@ class FusedLayers:
         _check("x", x, (n, H), torch.float32)
         if start < 0 or start + n > cap:
             raise ValueError(f"rows {start} .. {start + n - 1} do not fit the KV cache of {cap} positions")
-        _check("k cache", k, (self._layers, nkv, cap, hd), torch.float32)
-        _check("v cache", v, (self._layers, nkv, cap, hd), torch.float32)
+        _check("k cache", k, (self._layers, nkv, cap, hd), self.kv_dtype)
+        _check("v cache", v, (self._layers, nkv, cap, hd), self.kv_dtype)
         cos, sin = cos.contiguous(), sin.contiguous()
         _check("cos", cos, (n, hd), torch.float32)
         _check("sin", sin, (n, hd), torch.float32)
@@ -143,7 +152,7 @@ class FusedLayers:
         if self._scratch.numel() < need:
             self._scratch = torch.empty(need, dtype=torch.float32)
         mptr = None if mask is None else mask.data_ptr()
-        kb, vb, step = k.data_ptr(), v.data_ptr(), self._stride * 4
+        kb, vb, step = k.data_ptr(), v.data_ptr(), self._stride
         lib = self.kernel.lib
         acc = None if clock is None else (ctypes.c_double * len(kernels.PROFILE_SLOTS))()
         with self.kernel.lock:

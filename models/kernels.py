@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 7
+ABI_VERSION = 8
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),
@@ -52,7 +52,7 @@ _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "kernel_profile": ([_P], None),
 }
 # q8_layer's index tables: the order of its dims[] (int64) and weights[] (pointers) arguments
-LAYER_DIMS = ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "capacity", "bits")
+LAYER_DIMS = ("hidden", "heads", "kv_heads", "head_dim", "intermediate", "capacity", "bits", "kv_f16")
 LAYER_WEIGHTS = ("qkv", "o", "gate_up", "down", "in_norm", "post_norm", "qkv_bias")
 # gg_linear_parts' part table (int64): its count, then per part these fields
 GG_PARTS = ("count", "type", "rows", "pointer")

@@ -23,7 +23,8 @@ from specd.models.errors import ModelError
 from specd.models.gguf_convert import write_tokenizer_dir
 from specd.models.gguf_float import GgufFloatWeights
 from specd.models.gguf_model import GgufFile, GgufLinearFactory, GgufWeights
-from specd.models.modes import AUTO_QUANT, BACKENDS, DEFAULT_TARGET_QUANT, GGUF_QUANT, KERNEL_QUANTS, auto_target_quant
+from specd.models.modes import (AUTO_QUANT, BACKENDS, DEFAULT_KV_CACHE, DEFAULT_TARGET_QUANT, GGUF_QUANT, KERNEL_QUANTS,
+                                 KV_CACHES, auto_target_quant)
 from specd.models.pull import converted_dir, gguf_path, is_pulled, recorded_sha256, sha256_file, write_record
 from specd.models.quantize import check_mode, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
@@ -174,6 +175,7 @@ class LoadRequest:
     head_vocab: int
     threads: int
     row_attention: bool
+    kv_dtype: torch.dtype  # where the layers run in C (``Decoder``'s kv_dtype)
 
 
 @dataclass(frozen=True)
@@ -219,7 +221,7 @@ def modes_on(backend: str) -> tuple[str, ...]:
 
 def load_model(
     spec: str, *, quant: str = DEFAULT_TARGET_QUANT, max_len: int = 4096, device: str = "cpu", head_vocab: int = 0,
-    backend: str = "auto", threads: int = 0, row_attention: bool = True,
+    backend: str = "auto", threads: int = 0, row_attention: bool = True, kv_cache: str = DEFAULT_KV_CACHE,
 ) -> LoadedModel:
     """Load ``spec`` with its linear layers in ``quant`` (``MODES``; ``auto``: ``resolve_quant``).
     ``head_vocab > 0`` keeps only that many most frequent tokens in the output head (drafts).
@@ -227,7 +229,7 @@ def load_model(
     int8 | int4 | fp32; ``threads`` sets its intra-op threads, 0 = ORT's default), or ``auto``
     (``resolve_backend``). ``row_attention``: batch-invariant rows, a position's numbers
     independent of the other rows in its forward (a target's; a draft may pass False, see
-    ``Decoder``)."""
+    ``Decoder``). ``kv_cache``: the cache's element where the layers run in C (``KV_CACHES``)."""
     if backend not in BACKENDS:
         raise ModelError(f"{spec}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
     quant = resolve_quant(spec, quant, backend, device)
@@ -240,7 +242,10 @@ def load_model(
     else:
         check_mode(quant, device, spec)  # an unknown mode, or one this device cannot run
     mode = MODES[quant]
-    return mode.build(LoadRequest(spec, mode, backend, max_len, device, head_vocab, threads, row_attention))
+    if kv_cache not in KV_CACHES:
+        raise ModelError(f"{spec}: KV cache {kv_cache!r}: use one of {', '.join(KV_CACHES)}")
+    kv_dtype = torch.float16 if kv_cache == "f16" else torch.float32
+    return mode.build(LoadRequest(spec, mode, backend, max_len, device, head_vocab, threads, row_attention, kv_dtype))
 
 
 def _load_source(req: LoadRequest) -> LoadedModel:
@@ -285,7 +290,7 @@ def _load_source(req: LoadRequest) -> LoadedModel:
     try:
         decoder = Decoder(config, weights, compute_dtype=req.mode.compute_dtype, max_len=req.max_len,
                           device=req.device, linear_factory=factory, head_rows=head_rows,
-                          row_attention=req.row_attention)
+                          row_attention=req.row_attention, kv_dtype=req.kv_dtype)
     except KeyError as e:
         raise ModelError(f"{where}: {e.args[0]}; the weights do not fit a {config.architecture} model") from e
     if factory is not None:
@@ -337,7 +342,8 @@ def _load_gguf(req: LoadRequest) -> LoadedModel:
     factory = GgufLinearFactory(file, head_rows, spec)
     try:
         decoder = Decoder(config, GgufWeights(file), compute_dtype=req.mode.compute_dtype, max_len=req.max_len,
-                          linear_factory=factory, head_rows=head_rows, row_attention=req.row_attention)
+                          linear_factory=factory, head_rows=head_rows, row_attention=req.row_attention,
+                          kv_dtype=req.kv_dtype)
     except KeyError as e:
         raise ModelError(f"{path}: {e.args[0]}; the file does not fit a {config.architecture} model") from e
     return LoadedModel(spec, path, config, decoder, tokenizer)

@@ -20,6 +20,17 @@ ORT_QUANTS = ("int8", "int4", "fp32")  # the ONNX Runtime backend (specd.models.
 BNB_QUANTS = ("int8", "int4")  # bitsandbytes on CUDA (LLM.int8, NF4); fp8 runs _scaled_mm there
 
 BACKENDS = ("auto", "torch", "ort")  # model runtimes: specd.models.decoder, specd.models.ort_runtime
+# the KV cache's element where a model's layers run in specd's C kernels (specd.models.fused_layers;
+# every other runtime keeps float32): f16 as llama.cpp keeps it, half the bytes attention reads
+KV_CACHES = ("f16", "f32")
+DEFAULT_KV_CACHE = "f16"
+
+
+def kv_element_bytes(kv_cache: str, fused: bool) -> int:
+    """Bytes per cached key or value channel: 2 for ``f16`` where the layers run in C (``fused``), else 4."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"KV cache {kv_cache!r}: expected one of {', '.join(KV_CACHES)}")
+    return 2 if fused and kv_cache == "f16" else 4
 
 
 def auto_target_quant(source_is_gguf: bool, device: str, gguf_kernels: bool) -> str:

@@ -34,7 +34,7 @@ from specd.models.registry import PUBLISHED, cache_root
 
 log = logging.getLogger("specd.app")
 
-COSTS_KEY_VERSION = "costs-v9"  # bump when what the cost curve measures changes (v9: the EAGLE layer drafts in one C call; v8: EAGLE heads draft on INT8 rows; v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free; v7: attention prefetched, the KV cache on huge pages)
+COSTS_KEY_VERSION = "costs-v10"  # bump when what the cost curve measures changes (v10: keyed by engine.kv_cache; v9: the EAGLE layer drafts in one C call; v8: EAGLE heads draft on INT8 rows; v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free; v7: attention prefetched, the KV cache on huge pages)
 # environment variables that change which kernels run (a curve measured under one misleads another)
 KERNEL_ENV = ("SPECD_GG_SIMD",)
 EAGLE_COST_CONTEXT = 512  # rows an EAGLE head's timed step attends over (EagleDrafter's window)
@@ -43,7 +43,7 @@ EAGLE_COST_CONTEXT = 512  # rows an EAGLE head's timed step attends over (EagleD
 def load_target(config: EngineConfig) -> LoadedModel:
     """The configured target, loaded as the daemon runs it (benchmarks time this same model)."""
     return load_model(config.target, quant=config.target_quant, max_len=config.max_len, device=config.device,
-                      backend=config.target_backend, threads=config.threads)
+                      backend=config.target_backend, threads=config.threads, kv_cache=config.kv_cache)
 
 
 def load_draft(config: EngineConfig) -> LoadedModel:
@@ -51,7 +51,7 @@ def load_draft(config: EngineConfig) -> LoadedModel:
     # row_attention off: only the target's numbers define the output, the draft may batch its attention
     return load_model(config.draft, quant=config.draft_quant, max_len=config.max_len, device=config.device,
                       head_vocab=config.draft_head_vocab, backend=config.draft_backend, threads=config.threads,
-                      row_attention=False)
+                      row_attention=False, kv_cache=config.kv_cache)
 
 
 def heads_at_hand(config: EngineConfig) -> bool:
@@ -128,10 +128,11 @@ def footprints(config: EngineConfig) -> list[tuple[str, Footprint | None]]:
     config = resolved(config)
     built = kernels.available()
     out = [("target", estimate(config.target, config.target_quant, config.max_len, config.device, 0,
-                                built and config.target_backend != "ort"))]
+                                built and config.target_backend != "ort", config.kv_cache))]
     if config.draft and config.drafter in MODEL_DRAFTERS:
         out.append(("draft", estimate(config.draft, config.draft_quant, config.max_len, config.device,
-                                      config.draft_head_vocab, built)))
+                                      config.draft_head_vocab, built and config.draft_backend != "ort",
+                                      config.kv_cache)))
     return out
 
 
@@ -232,7 +233,7 @@ def costs_path(config: EngineConfig, target: CausalLM, draft: CausalLM | None) -
     ``auto`` resolves differently as runtimes are added, and a stale curve misleads the policy."""
     runtimes = (target.describe(), draft.describe() if draft is not None else "-")
     key = "|".join(map(str, (COSTS_KEY_VERSION, config.target, config.target_quant, config.draft,
-                             config.draft_quant, config.draft_head_vocab, config.drafter, config.heads,
+                             config.draft_quant, config.draft_head_vocab, config.drafter, config.heads, config.kv_cache,
                              platform.machine(), platform.processor(), torch.get_num_threads(), *runtimes,
                              *(os.environ.get(v, "") for v in KERNEL_ENV))))
     return cache_root() / "costs" / (hashlib.sha256(key.encode()).hexdigest()[:16] + ".json")

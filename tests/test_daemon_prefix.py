@@ -169,12 +169,13 @@ def test_every_request_gets_exactly_one_answer_under_preemption_and_cancels(daem
 def test_a_prefix_cache_too_small_for_one_prompt_stops_the_daemon_at_start(tmp_path) -> None:
     target, draft = tiny_pair(tmp_path)
     runtime = short_dir()
-    # the tiny pair: 1 KiB of KV per token; a 3535-token longest prompt (3500 + 32 + 3 FIM tokens) needs 3.5 MB
+    # the tiny pair: 512 bytes of KV per token (float16, both models' layers in C); a 3535-token
+    # longest prompt (3500 + 32 + 3 FIM tokens) needs 1.7 MB
     run = subprocess.run([sys.executable, "-m", "specd", "serve", "--socket", str(runtime / "s.sock"),
                           "--target", str(target), "--draft", str(draft), *ENGINE_FLAGS,
                           "--max-prefix-tokens", "3500", "--prefix-cache-mb", "1"],
                          capture_output=True, text=True, env=env_for(runtime), timeout=300)
     assert run.returncode == 2
     assert "engine.prefix_cache_mb: 1 MB cannot hold one longest prompt" in run.stderr
-    assert "at least 4" in run.stderr
+    assert "512 bytes of KV per token" in run.stderr and "at least 2" in run.stderr
     assert not (runtime / "s.sock").exists()

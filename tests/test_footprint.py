@@ -12,6 +12,7 @@ from specd import app
 from specd.cli import main
 from specd.engine.config import EngineConfig
 from specd.models import kernels
+from specd.models.errors import ModelError
 from specd.models.footprint import NotEnoughMemory, available_memory, estimate
 from specd.models.loader import load_model
 from tests.padded_models import save_hf_model, write_gguf_model
@@ -31,9 +32,10 @@ def _config(cache: Path, **kw) -> EngineConfig:
                         max_len=512, **kw)
 
 
-@pytest.mark.parametrize("quant", ["bf16", "fp32", "gguf"])
+@pytest.mark.parametrize("quant", ["bf16", "fp32", "gguf", "int8"])
 def test_the_estimate_matches_the_loaded_model(cache: Path, quant: str) -> None:
-    if quant == "gguf" and kernels.unavailable() is not None:
+    """Weights and KV cache as loaded (int8: the layers in C, a float16 cache; the others float32)."""
+    if quant in ("gguf", "int8") and kernels.unavailable() is not None:
         pytest.skip(str(kernels.unavailable()))
     path = write_gguf_model(cache / "m.gguf", 300, seed=0)
     f = estimate(str(path), quant, max_len=512)
@@ -41,6 +43,23 @@ def test_the_estimate_matches_the_loaded_model(cache: Path, quant: str) -> None:
     resident = load_model(str(path), quant=quant, max_len=512, backend="torch").model.resident_bytes()
     assert f.kv_cache_bytes == resident["kv_cache"]
     assert f.weight_bytes == pytest.approx(resident["weights"], rel=0.05), (f, resident)
+
+
+def test_the_kv_cache_setting_is_what_loads_and_what_is_estimated(cache: Path) -> None:
+    """``kv_cache`` f32 keeps float32 keys and values where the layers run in C (f16 halves them);
+    anything else is refused by name."""
+    if kernels.unavailable() is not None:
+        pytest.skip(str(kernels.unavailable()))
+    path = write_gguf_model(cache / "m.gguf", 300, seed=0)
+    sizes = {}
+    for kind in ("f16", "f32"):
+        model = load_model(str(path), quant="int8", max_len=512, backend="torch", kv_cache=kind).model
+        f = estimate(str(path), "int8", max_len=512, kv_cache=kind)
+        assert f is not None and f.kv_cache_bytes == model.resident_bytes()["kv_cache"]
+        sizes[kind] = f.kv_cache_bytes
+    assert sizes["f32"] == 2 * sizes["f16"]
+    with pytest.raises(ModelError, match="KV cache 'f8'"):
+        load_model(str(path), quant="int8", max_len=512, backend="torch", kv_cache="f8")
 
 
 def test_a_hugging_face_directory_is_estimated_from_its_config(cache: Path) -> None:

@@ -176,8 +176,9 @@ def test_fused_layer_argument_checks() -> None:
     fused, k, v = dec.fused, dec.cache.k, dec.cache.v
     n, hd = 3, c.head_dim
     x, cos, sin = torch.randn(n, c.hidden_size), torch.ones(n, hd), torch.zeros(n, hd)
-    with pytest.raises(TypeError, match=r"k cache: expected torch.float32 .*got torch.float16"):
-        fused.run(x, 0, k.half(), v, cos, sin, None)
+    assert k.dtype == torch.float16  # the C layers' default cache
+    with pytest.raises(TypeError, match=r"k cache: expected torch.float16 .*got torch.float32"):
+        fused.run(x, 0, k.float(), v, cos, sin, None)
     with pytest.raises(ValueError, match=r"v cache: expected a contiguous tensor of shape \[2, 2, 32, 16\]"):
         fused.run(x, 0, k, v[:, :, :16], cos, sin, None)
     with pytest.raises(ValueError, match=r"x: expected a contiguous tensor of shape \[3, 64\], got shape \[3, 32\]"):

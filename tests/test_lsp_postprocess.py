@@ -64,3 +64,10 @@ def test_rules_can_be_switched_off() -> None:
     raw = "a)\nb  \n"
     assert postprocess(raw, "f(", ")", ")") == "a"
     assert postprocess(raw, "f(", ")", ")", off) == raw
+
+
+def test_a_nul_character_ends_the_suggestion_whatever_the_rules() -> None:
+    off = Rules(single_line_mid_line=False, block_by_indent=False, drop_suffix_repeat=False,
+                trim_trailing_whitespace=False)
+    assert postprocess("x = 1\0 + 2\n", "", "", "", off) == "x = 1"
+    assert postprocess("\0abc", "    ", "", "") == ""

@@ -14,9 +14,9 @@
  * lets it see), with fixed 8-lane accumulation; the linears are batch-invariant by construction
  * (int_linear.c, gguf_kernels.h). A row verified among K others therefore equals the same row decoded alone.
  *
- * Layouts: x [n, H] float32 (updated in place); the layer's KV cache k, v [nkv, cap, hd] float32;
- * cos, sin [n, hd]; mask [n, n] uint8 (1 = may attend) or NULL for causal; scratch: floats, as
- * many as q8_layer_scratch() says.
+ * Layouts: x [n, H] float32 (updated in place); the layer's KV cache k, v [nkv, cap, hd], float32,
+ * or float16 where dims[D_KV16] is 1 (kv_load8 / kv_store below); cos, sin [n, hd]; mask [n, n]
+ * uint8 (1 = may attend) or NULL for causal; scratch: floats, as many as q8_layer_scratch() says.
  */
 #include <immintrin.h>
 #include <math.h>
@@ -76,7 +76,33 @@ static void rope(float *t, int64_t heads, int64_t hd, const float *cos, const fl
 
 #define GMAX 8 /* query heads an attend call takes at most (those sharing one KV head) */
 
-/* Attention streams the layer's cached keys and values (at 600 tokens, 34 MB a token over the
+/* The KV cache's element: float32, or float16 (f16: a compile-time constant wherever it is
+ * inlined). Half precision halves the bytes attention streams (llama.cpp keeps its cache so);
+ * a new row's keys and values are rounded once, to nearest even, when they are written, and
+ * every later read converts them back exactly (F16C), whatever the SIMD level. Every row, the
+ * forward's own new rows included, attends over the rounded cache: batch invariance holds. */
+static inline __attribute__((always_inline)) __m256 kv_load8(const void *cache, int64_t at, int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)cache + at)));
+    return _mm256_loadu_ps((const float *)cache + at);
+}
+
+GG_T512 static inline __attribute__((always_inline)) __m512 kv_load16(const void *cache, int64_t at, int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)cache + at)));
+    return _mm512_loadu_ps((const float *)cache + at);
+}
+
+/* one row's hd floats (hd % 8 == 0) into the cache at element `at` */
+static void kv_store(void *cache, int64_t at, const float *src, int64_t hd, int f16) {
+    if (!f16) {
+        memcpy((float *)cache + at, src, hd * sizeof(float));
+        return;
+    }
+    uint16_t *out = (uint16_t *)cache + at;
+    for (int64_t c = 0; c < hd; c += 8)
+        _mm_storeu_si128((__m128i *)(out + c), _mm256_cvtps_ph(_mm256_loadu_ps(src + c), _MM_FROUND_TO_NEAREST_INT));
+}
+
+/* Attention streams the layer's cached keys and values (at 600 tokens, 34 MB a token in float32 over the
  * 1.5B's 28 layers) while the scores and the weighted sum compute: without software prefetch the
  * hardware prefetcher left that read at ~11 GB/s over both cores and the arithmetic waited on it.
  * The scores loop prefetches the key and value rows ATT_PREFETCH positions ahead into L2 (the
@@ -93,22 +119,26 @@ static void rope(float *t, int64_t heads, int64_t hd, const float *cos, const fl
  * values come back from L2 after the scores (the scores loop prefetched them), so this half of
  * attention is arithmetic: 1.5B at 600 tokens, two threads, ~60 -> ~50 us a layer and KV head. */
 GG_T512 static inline __attribute__((always_inline)) void values512_n(
-        const int64_t gh, int64_t hd, const float *vals, const int64_t *pos, int64_t m, const float *sc,
-        int64_t m8, const float *inv, float *out) {
+        const int64_t gh, int64_t hd, const void *vals, const int64_t *pos, int64_t m, const float *sc,
+        int64_t m8, const float *inv, float *out, const int f16) {
     for (int64_t c = 0; c < hd; c += 16) {
         __m512 acc[GMAX];
         for (int64_t h = 0; h < gh; h++) acc[h] = _mm512_setzero_ps();
         for (int64_t s = 0; s < m; s++) {
-            const __m512 vv = _mm512_loadu_ps(vals + pos[s] * hd + c);
+            const __m512 vv = kv_load16(vals, pos[s] * hd + c, f16);
             for (int64_t h = 0; h < gh; h++) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(sc[h * m8 + s]), vv, acc[h]);
         }
         for (int64_t h = 0; h < gh; h++) _mm512_storeu_ps(out + h * hd + c, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
     }
 }
 
-GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const float *vals, const int64_t *pos, int64_t m,
-                                       const float *sc, int64_t m8, const float *inv, float *out) {
-#define CASE(G) case G: values512_n(G, hd, vals, pos, m, sc, m8, inv, out); break;
+GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const void *vals, const int64_t *pos, int64_t m,
+                                       const float *sc, int64_t m8, const float *inv, float *out, int f16) {
+#define CASE(G)                                                                                   \
+    case G:                                                                                       \
+        if (f16) values512_n(G, hd, vals, pos, m, sc, m8, inv, out, 1);                           \
+        else values512_n(G, hd, vals, pos, m, sc, m8, inv, out, 0);                               \
+        break;
     switch (gh) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) default: CASE(8) }
 #undef CASE
 }
@@ -118,23 +148,23 @@ GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const float *vals
  * horizontal sum; softmax in 8-lane chunks (padding masked to 0); the weighted sum of values in
  * key order, one accumulator per 8 channels. The heads share each key and value load. */
 static inline __attribute__((always_inline)) void attend_n(
-                   const float *q, const int64_t gh, int64_t hd, const float *keys, const float *vals,
-                   const int64_t *pos, int64_t m, float scale, float *sc, float *out, int wide) {
-    const int64_t m8 = (m + 7) / 8 * 8;
+                   const float *q, const int64_t gh, int64_t hd, const void *keys, const void *vals,
+                   const int64_t *pos, int64_t m, float scale, float *sc, float *out, int wide, const int f16) {
+    const int64_t m8 = (m + 7) / 8 * 8, esize = f16 ? 2 : 4;
     __m256 acc[GMAX];
     for (int64_t s = 0; s < m; s++) {
-        const float *k = keys + pos[s] * hd;
+        const int64_t k = pos[s] * hd;
         if (s + ATT_PREFETCH < m) { /* this key's and value's bytes, ATT_PREFETCH positions on, into L2 */
-            const char *kp = (const char *)(keys + pos[s + ATT_PREFETCH] * hd);
-            const char *vp = (const char *)(vals + pos[s + ATT_PREFETCH] * hd);
-            for (int64_t b = 0; b < hd * (int64_t)sizeof(float); b += 64) {
+            const char *kp = (const char *)keys + pos[s + ATT_PREFETCH] * hd * esize;
+            const char *vp = (const char *)vals + pos[s + ATT_PREFETCH] * hd * esize;
+            for (int64_t b = 0; b < hd * esize; b += 64) {
                 _mm_prefetch(kp + b, _MM_HINT_T1);
                 _mm_prefetch(vp + b, _MM_HINT_T1);
             }
         }
         for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_setzero_ps();
         for (int64_t c = 0; c < hd; c += 8) {
-            const __m256 kv = _mm256_loadu_ps(k + c);
+            const __m256 kv = kv_load8(keys, k + c, f16);
             for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_fmadd_ps(_mm256_loadu_ps(q + h * hd + c), kv, acc[h]);
         }
         for (int64_t h = 0; h < gh; h++) sc[h * m8 + s] = hsum8(acc[h]) * scale;
@@ -157,24 +187,29 @@ static inline __attribute__((always_inline)) void attend_n(
         inv[h] = 1.0f / hsum8(sum);
     }
     if (wide && hd % 16 == 0) {
-        weighted_values512(gh, hd, vals, pos, m, sc, m8, inv, out);
+        weighted_values512(gh, hd, vals, pos, m, sc, m8, inv, out, f16);
         return;
     }
     for (int64_t c = 0; c < hd; c += 8) {
         for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_setzero_ps();
         for (int64_t s = 0; s < m; s++) {
-            const __m256 vv = _mm256_loadu_ps(vals + pos[s] * hd + c);
+            const __m256 vv = kv_load8(vals, pos[s] * hd + c, f16);
             for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[h * m8 + s]), vv, acc[h]);
         }
         for (int64_t h = 0; h < gh; h++) _mm256_storeu_ps(out + h * hd + c, _mm256_mul_ps(acc[h], _mm256_set1_ps(inv[h])));
     }
 }
 
-/* attend_n with the head count a compile-time constant, so the accumulators stay in registers;
- * wide: the weighted sum of values in 16 lanes (AVX-512, weighted_values512) */
-static void attend(const float *q, int64_t gh, int64_t hd, const float *keys, const float *vals,
-                   const int64_t *pos, int64_t m, float scale, float *sc, float *out, int wide) {
-#define CASE(G) case G: attend_n(q, G, hd, keys, vals, pos, m, scale, sc, out, wide); break;
+/* attend_n with the head count and the cache's element a compile-time constant, so the
+ * accumulators stay in registers; wide: the weighted sum of values in 16 lanes (AVX-512,
+ * weighted_values512); f16: the cache holds float16 */
+static void attend(const float *q, int64_t gh, int64_t hd, const void *keys, const void *vals,
+                   const int64_t *pos, int64_t m, float scale, float *sc, float *out, int wide, int f16) {
+#define CASE(G)                                                                                   \
+    case G:                                                                                       \
+        if (f16) attend_n(q, G, hd, keys, vals, pos, m, scale, sc, out, wide, 1);                 \
+        else attend_n(q, G, hd, keys, vals, pos, m, scale, sc, out, wide, 0);                     \
+        break;
     switch (gh) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) default: CASE(8) }
 #undef CASE
 }
@@ -205,7 +240,7 @@ static void linear(int64_t bits, const void *w, int64_t N, int64_t k, const floa
 }
 
 void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64_t n, int64_t start,
-              float *kc, float *vc, const float *cos, const float *sin, const uint8_t *mask,
+              void *kc, void *vc, const float *cos, const float *sin, const uint8_t *mask,
               float *scratch) {
     const int64_t H = d[D_H], nh = d[D_NH], nkv = d[D_NKV], hd = d[D_HD], I = d[D_I], cap = d[D_CAP];
     const int64_t qd = nh * hd, kvd = nkv * hd, qkvd = qd + 2 * kvd, group = nh / nkv;
@@ -215,6 +250,7 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
     int8_t *xq = (int8_t *)(y + n * H);
     float *xd = (float *)(xq + n * kmax);
     const int64_t bits = d[D_BITS];
+    const int f16 = d[D_KV16] != 0;
     const float *bias = (const float *)w[W_QKV_BIAS];
     /* profiling: each lap adds the time since the previous one to a phase (profile.h) */
     double lap = specd_prof ? prof_wall() : 0.0;
@@ -237,8 +273,8 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
             for (int64_t j = 0; j < qkvd; j++) r[j] += bias[j];
         rope(r, nh + nkv, hd, cos + i * hd, sin + i * hd); /* q heads then k heads: contiguous */
         for (int64_t g = 0; g < nkv; g++) {
-            memcpy(kc + (g * cap + start + i) * hd, r + qd + g * hd, hd * sizeof(float));
-            memcpy(vc + (g * cap + start + i) * hd, r + qd + kvd + g * hd, hd * sizeof(float));
+            kv_store(kc, (g * cap + start + i) * hd, r + qd + g * hd, hd, f16);
+            kv_store(vc, (g * cap + start + i) * hd, r + qd + kvd + g * hd, hd, f16);
         }
     }
 
@@ -264,8 +300,9 @@ void q8_layer(const void *const *w, const int64_t *d, float eps, float *x, int64
             for (int64_t h0 = 0; h0 < group; h0 += GMAX) {
                 const int64_t gh = group - h0 < GMAX ? group - h0 : GMAX;
                 const int64_t head = g * group + h0; /* first query head of this pass */
-                attend(qkv + i * qkvd + head * hd, gh, hd, kc + g * cap * hd, vc + g * cap * hd, pos, m,
-                       scale, sc, attn + i * qd + head * hd, wide);
+                const int64_t at = g * cap * hd * (f16 ? 2 : 4); /* this kv head's first byte */
+                attend(qkv + i * qkvd + head * hd, gh, hd, (char *)kc + at, (char *)vc + at, pos, m,
+                       scale, sc, attn + i * qd + head * hd, wide, f16);
             }
         }
         free(sc);

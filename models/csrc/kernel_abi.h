@@ -19,7 +19,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 7
+#define SPECD_KERNEL_ABI_VERSION 8
 
 /* SPECD_KERNEL_ABI(FN, TABLE), in the text's order:
  *   FN(ret, name, params): ret one of KR_VOID, KR_I32, KR_I64, KR_P(c type); params a sequence
@@ -33,14 +33,15 @@
     FN(KR_VOID, q8_quantize, KA_P(const float *x) KA_I64(n) KA_I64(k) KA_P(int8_t *q) KA_P(float *d)) \
     /* decoder_layer.c: one decoder layer */                                                     \
     FN(KR_VOID, q8_layer, KA_P(const void *const *w) KA_P(const int64_t *d) KA_F32(eps) KA_P(float *x) \
-       KA_I64(n) KA_I64(start) KA_P(float *kc) KA_P(float *vc) KA_P(const float *cos)            \
+       KA_I64(n) KA_I64(start) KA_P(void *kc) KA_P(void *vc) KA_P(const float *cos)            \
        KA_P(const float *sin) KA_P(const uint8_t *mask) KA_P(float *scratch))                    \
     FN(KR_I64, q8_layer_scratch, KA_P(const int64_t *d) KA_I64(n))                               \
     /* dims[]: hidden, heads, kv heads, head dim, intermediate, cache capacity, weight bits (8: \
-     * specd's INT8, or 0: every linear a GGUF part table, gg_parts) */                                        \
+     * specd's INT8, or 0: every linear a GGUF part table, gg_parts), KV cache element (0:       \
+     * float32, 1: float16) */                                                                   \
     TABLE(q8_layer_dims, i64, D_COUNT, KA_IDX(D_H, hidden) KA_IDX(D_NH, heads) KA_IDX(D_NKV, kv_heads) \
           KA_IDX(D_HD, head_dim) KA_IDX(D_I, intermediate) KA_IDX(D_CAP, capacity)              \
-          KA_IDX(D_BITS, bits))                                                                  \
+          KA_IDX(D_BITS, bits) KA_IDX(D_KV16, kv_f16))                                                                  \
     /* weights[]: qkv, o, gate_up, down (packed: int_linear.pack; with bits 0 their gg_parts      \
      * tables), in_norm, post_norm, qkv bias (or NULL) */                                        \
     TABLE(q8_layer_weights, p, W_COUNT, KA_IDX(W_QKV, qkv) KA_IDX(W_O, o) KA_IDX(W_GU, gate_up)   \

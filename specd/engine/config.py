@@ -14,8 +14,10 @@ from typing import Any
 from specd.models.modes import (
     BACKENDS,
     DEFAULT_DRAFT_QUANT,
+    DEFAULT_KV_CACHE,
     DEFAULT_TARGET_QUANT,
     DRAFT_QUANTS,
+    KV_CACHES,
     TARGET_QUANTS,
 )
 from specd.requests import K_MAX
@@ -161,9 +163,15 @@ class EngineConfig:
     tree_branch_below: float = setting(0.5, check=_probability,
                                        help="with --tree on: branch where the draft's top probability is below this")
     max_len: int = setting(4096, check=_positive, help="KV cache capacity in tokens")
+    # f16 by measurement (bench/RESULTS.md, session 36): attention reads half the bytes; the
+    # prefix cache holds twice the tokens
+    kv_cache: str = setting(DEFAULT_KV_CACHE, choices=KV_CACHES,
+                            help="KV cache element of both models where their layers run in specd's C kernels: "
+                                 "f16 (half the bytes attention reads and the prefix cache keeps, as llama.cpp "
+                                 "keeps it) or f32; other runtimes keep f32")
     # KV blocks of earlier prompts, both models' (specd.engine.prefix_cache): a request restores
     # the longest cached prefix of its prompt, so files edited in turn each stay warm. The default
-    # pair takes 80 KiB per cached token in float32 (target 56, draft 24): 1 GiB holds ~13,000.
+    # pair takes 40 KiB per cached token in float16 (target 28, draft 12): 1 GiB holds ~26,000.
     prefix_cache_mb: int = setting(1024, check=_not_negative,
                                    help="memory for KV blocks of earlier prompts, shared by all sessions and "
                                         "both models, least recently used evicted first (0: off); must hold "
