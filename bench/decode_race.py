@@ -25,7 +25,8 @@ list, e.g. ``heads+ngram,auto``), named after it: a daemon each, ``--drafter D -
 Several heads files race as ``--heads NAME=FILE`` given once each, their modes named ``D@NAME``
 (a head fine-tuned on a repository beside the shipped one, say). ``--variant NAME="FLAGS"`` adds a
 mode NAME: a daemon with these extra ``specd serve`` flags (a setting raced against its default,
-``--variant nobias="--head-context-bias 0"``).
+``--variant nobias="--head-context-bias 0"``); ``--target-variant NAME="FLAGS"`` likewise, its requests
+target-only (a setting's effect on the target's own step, ``--target-variant t32="--kv-cache f32"``).
 With ``--cold N`` each task is first answered cold (N new tokens, the prompt never seen) by every
 daemon and llama-server, alternating, timed: the editor's first request in a file, where what a
 drafter costs at prefill (the draft model's own prompt pass) shows. Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
@@ -116,6 +117,8 @@ def main() -> int:
     ap.add_argument("--variant", action="append", default=[],
                     help='NAME="FLAGS", given once per variant: adds a mode NAME, a daemon with these extra '
                          '`specd serve` flags')
+    ap.add_argument("--target-variant", action="append", default=[],
+                    help='NAME="FLAGS", as --variant, its requests target-only')
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -129,11 +132,15 @@ def main() -> int:
     # the modes beyond spec, target and llama: each a daemon of its own, by its extra serve flags
     extra_modes = {(f"{d}@{name}" if name else d): ["--drafter", d, "--heads", path]
                    for name, path in files for d in drafters}
-    for v in args.variant:
-        name, _, flags = v.partition("=")
-        if not name or name in MODES or name in extra_modes:
-            raise SystemExit(f"--variant: {v!r}: name it NAME=FLAGS, a name no other mode has")
-        extra_modes[name] = shlex.split(flags)
+    target_only = {"target"}  # the modes whose requests are target-only
+    for option, values in (("--variant", args.variant), ("--target-variant", args.target_variant)):
+        for v in values:
+            name, _, flags = v.partition("=")
+            if not name or name in MODES or name in extra_modes:
+                raise SystemExit(f"{option}: {v!r}: name it NAME=FLAGS, a name no other mode has")
+            extra_modes[name] = shlex.split(flags)
+            if option == "--target-variant":
+                target_only.add(name)
     modes += [m for m in extra_modes if m not in modes]
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
@@ -152,7 +159,7 @@ def main() -> int:
         for i, t in enumerate(tasks):
             row: dict = {"id": t["id"]}
             if args.cold:  # each daemon's first sight of the prompt, in an order that alternates
-                cold_modes = [m for m in modes if m != "target"]
+                cold_modes = [m for m in modes if m not in target_only]
                 for mode in cold_modes if i % 2 == 0 else cold_modes[::-1]:
                     if mode == "llama":
                         r = llama.infill(t["prefix"], t["suffix"], args.cold, cache_prompt=True)
@@ -175,9 +182,9 @@ def main() -> int:
                         ms, got, info = r.wall_ms, r.predicted_n, {"predicted_per_token_ms": r.decode_ms_per_token}
                     else:
                         daemon = daemons[mode]
-                        if mode != "target":  # no free drafts from a remembered answer
+                        if mode not in target_only:  # no free drafts from a remembered answer
                             daemon.complete(t, 1, "target", suffix=t["suffix"] + "\n#")
-                        ms, got, info = daemon.complete(t, n, "target" if mode == "target" else "spec")
+                        ms, got, info = daemon.complete(t, n, "target" if mode in target_only else "spec")
                     row[f"{mode}_{n}"] = {"wall_ms": round(ms, 2), "tokens": got,
                                           **({"acceptance": info.get("acceptance_rate"),
                                               "decode_ms_per_token": info.get("decode_ms_per_token")}
