@@ -10,6 +10,7 @@ import torch
 
 from specd.models import int_linear, kernels
 from specd.models.decoder import Decoder
+from specd.models.fused_layers import FusedLayers
 from specd.models.gguf_linear import simd_level, simd_levels
 from specd.models.kv_cache import KVCache
 from tests.tiny import tiny_config, tiny_weights
@@ -171,3 +172,9 @@ def test_calibration_observer_takes_the_python_loop() -> None:
     fused.observer = lambda name, x: seen.append(name)
     fused.forward(torch.tensor([1, 2, 3]))
     assert len(seen) == 3 * 4 + 1  # four linears per layer, then the head
+
+
+def test_a_cache_element_the_c_layer_cannot_read_is_refused() -> None:
+    fused, _ = _pair()
+    with pytest.raises(ValueError, match="keeps float32 or float16"):
+        FusedLayers(fused.config, fused.layers, fused.cache.capacity, kv_dtype=torch.bfloat16)
