@@ -23,8 +23,8 @@ from specd.engine.config import EngineConfig
 from specd.engine.timeline import model_phases
 from specd.models.decoder import Decoder
 from specd.models.fused_layers import FusedLayers
-from specd.models.kv_cache import KVCache
-from specd.models.modes import DEFAULT_KV_CACHE, KV_CACHES, kv_element_bytes
+from specd.models.kv_cache import KVCache, kv_dtype
+from specd.models.modes import DEFAULT_KV_CACHE, KV_CACHES
 from specd.models.profile import PhaseClock
 
 SHOWN = ("matmul", "attention", "layer_other", "head", "team_wait", "preempted")
@@ -80,7 +80,7 @@ def main() -> int:
 
 def _with_cache(model: Decoder, kind: str) -> tuple[FusedLayers | None, KVCache]:
     """``model``'s layers over a new KV cache of element ``kind`` (its weights shared)."""
-    dtype = torch.float16 if kv_element_bytes(kind, model.fused is not None) == 2 else torch.float32
+    dtype = kv_dtype(kind) if model.fused is not None else torch.float32  # (the Python loop keeps float32)
     if model.cache.k.dtype == dtype:
         return model.fused, model.cache
     c, cap = model.config, model.cache.capacity

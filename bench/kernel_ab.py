@@ -7,8 +7,8 @@ own), a ``--context``-token prompt cached, then forwards over n new tokens, each
 Per n and build: medians of ``--rounds`` (after two warm-up rounds) of the forward's wall time
 and the layers' phases, and the per-round ratio other ÷ installed. Both builds share one moment
 of the host, which separate processes do not (session 36: the same build's one-token step took
-31 ms in one process and 49 ms in the next, a minute apart). Both builds must give the same bits: the script checks the
-logits of every timed forward. Run it alone on the machine:
+31 ms in one process and 49 ms in the next, a minute apart). Both builds must give the same
+bits: the script checks the logits of every timed forward. Run it alone on the machine:
 
     cp models/_kernels*.so /tmp/old.so   # before rebuilding
     python setup.py build_ext --inplace --force

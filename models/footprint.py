@@ -19,7 +19,8 @@ from pathlib import Path
 from specd.models.config import ModelConfig
 from specd.models.errors import ModelError
 from specd.models.gguf_model import FLOAT_TYPES, GgufFile, TensorInfo
-from specd.models.modes import AUTO_QUANT, DEFAULT_KV_CACHE, GGUF_QUANT, KERNEL_QUANTS, auto_target_quant, kv_element_bytes
+from specd.models.kv_cache import kv_dtype
+from specd.models.modes import AUTO_QUANT, DEFAULT_KV_CACHE, GGUF_QUANT, KERNEL_QUANTS, auto_target_quant
 from specd.models import hub_gguf
 from specd.models.pull import gguf_path
 from specd.models.registry import PUBLISHED
@@ -68,7 +69,7 @@ def estimate(spec: str, quant: str, max_len: int, device: str = "cpu", head_voca
             # the bytes of each tensor as stored; 0 for a float one (converted to the compute dtype)
             stored = {n: 0 if t.qtype in FLOAT_TYPES else t.nbytes for n, t in file.tensors.items()}
         else:
-            config, stored = ModelConfig.from_hf(json.loads((path / "config.json").read_text())), None
+            config, stored, file = ModelConfig.from_hf(json.loads((path / "config.json").read_text())), None, None
     except (ModelError, OSError, KeyError, ValueError):
         return None
     if quant == AUTO_QUANT:
@@ -81,11 +82,19 @@ def estimate(spec: str, quant: str, max_len: int, device: str = "cpu", head_voca
             weights += head * head_rows // config.vocab_size
     else:
         weights = _converted_weight_bytes(config, quant, head_rows, stored, device)
-    # the layers run in C (where kv_cache applies): specd's INT8 / INT4, or a GGUF file's blocks
-    # when no layer matrix is stored as floats (those run dense)
-    fused = device == "cpu" and gguf_kernels and (quant in KERNEL_QUANTS or quant == GGUF_QUANT and stored is not None and not any(
-        t.qtype in FLOAT_TYPES for n, t in file.tensors.items() if n.startswith("blk.") and len(t.dims) == 2))
-    return Footprint(spec, quant, int(weights), kv_cache_bytes(config, max_len, kv_element_bytes(kv_cache, fused)))
+    dtype = kv_dtype(kv_cache)  # (ValueError for an unknown setting)
+    in_c = device == "cpu" and gguf_kernels and _layers_in_c(quant, file)  # else float32, as other runtimes keep it
+    return Footprint(spec, quant, int(weights), kv_cache_bytes(config, max_len, dtype.itemsize if in_c else 4))
+
+
+def _layers_in_c(quant: str, file: GgufFile | None) -> bool:
+    """Whether the layers run in C (where ``kv_cache`` applies), given specd's kernels: specd's
+    INT8 / INT4, or a GGUF ``file``'s own blocks when no layer matrix is stored as floats (those
+    run dense)."""
+    if quant in KERNEL_QUANTS:
+        return True
+    return quant == GGUF_QUANT and file is not None and not any(
+        t.qtype in FLOAT_TYPES for name, t in file.tensors.items() if name.startswith("blk.") and len(t.dims) == 2)
 
 
 def _gguf_mode_bytes(t: TensorInfo) -> int:

@@ -120,7 +120,7 @@ class FusedLayers:
         self._layers = len(layers)
         self._shape = (c.hidden_size, c.num_kv_heads, capacity, c.head_dim)  # H, nkv, capacity, hd
         # bytes per layer in the KV cache
-        self._stride = c.num_kv_heads * capacity * c.head_dim * torch.empty(0, dtype=kv_dtype).element_size()
+        self._stride = c.num_kv_heads * capacity * c.head_dim * kv_dtype.itemsize
 
     def run(self, x: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
             sin: torch.Tensor, mask: torch.Tensor | None, clock: PhaseClock | None = None) -> None:

@@ -14,7 +14,16 @@ from typing import Any, Callable
 import torch
 
 from specd.models.hugepages import HugePageArena, huge_pages_enabled
+from specd.models.modes import KV_CACHES
 from specd.models.profile import PhaseClock
+
+
+def kv_dtype(kv_cache: str) -> torch.dtype:
+    """The element of a cache whose layers run in C, for the setting ``kv_cache`` (``KV_CACHES``);
+    ValueError naming the choices for anything else."""
+    if kv_cache not in KV_CACHES:
+        raise ValueError(f"KV cache {kv_cache!r}: use one of {', '.join(KV_CACHES)}")
+    return torch.float16 if kv_cache == "f16" else torch.float32
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,9 @@ from specd.models.errors import ModelError
 from specd.models.gguf_convert import write_tokenizer_dir
 from specd.models.gguf_float import GgufFloatWeights
 from specd.models.gguf_model import GgufFile, GgufLinearFactory, GgufWeights
+from specd.models.kv_cache import kv_dtype
 from specd.models.modes import (AUTO_QUANT, BACKENDS, DEFAULT_KV_CACHE, DEFAULT_TARGET_QUANT, GGUF_QUANT, KERNEL_QUANTS,
-                                 KV_CACHES, auto_target_quant)
+                                 auto_target_quant)
 from specd.models.pull import converted_dir, gguf_path, is_pulled, recorded_sha256, sha256_file, write_record
 from specd.models.quantize import check_mode, linear_factory
 from specd.models.registry import PUBLISHED, cache_root
@@ -242,10 +243,11 @@ def load_model(
     else:
         check_mode(quant, device, spec)  # an unknown mode, or one this device cannot run
     mode = MODES[quant]
-    if kv_cache not in KV_CACHES:
-        raise ModelError(f"{spec}: KV cache {kv_cache!r}: use one of {', '.join(KV_CACHES)}")
-    kv_dtype = torch.float16 if kv_cache == "f16" else torch.float32
-    return mode.build(LoadRequest(spec, mode, backend, max_len, device, head_vocab, threads, row_attention, kv_dtype))
+    try:
+        element = kv_dtype(kv_cache)
+    except ValueError as e:
+        raise ModelError(f"{spec}: {e}") from None
+    return mode.build(LoadRequest(spec, mode, backend, max_len, device, head_vocab, threads, row_attention, element))
 
 
 def _load_source(req: LoadRequest) -> LoadedModel:

@@ -26,13 +26,6 @@ KV_CACHES = ("f16", "f32")
 DEFAULT_KV_CACHE = "f16"
 
 
-def kv_element_bytes(kv_cache: str, fused: bool) -> int:
-    """Bytes per cached key or value channel: 2 for ``f16`` where the layers run in C (``fused``), else 4."""
-    if kv_cache not in KV_CACHES:
-        raise ValueError(f"KV cache {kv_cache!r}: expected one of {', '.join(KV_CACHES)}")
-    return 2 if fused and kv_cache == "f16" else 4
-
-
 def auto_target_quant(source_is_gguf: bool, device: str, gguf_kernels: bool) -> str:
     """What ``auto`` runs a target as: on the CPU, a GGUF source's own blocks (``gguf``: faster per
     step and in verification, 0.56x the INT8 weights, the same agreement with llama.cpp; see
