@@ -61,15 +61,17 @@ def test_hidden_states_follow_the_cache() -> None:
 
 @pytest.mark.parametrize("k", [1, 3, 5])
 @pytest.mark.parametrize("vocab", [None, 40])
-def test_greedy_matches_target_with_head_drafts(k: int, vocab: int | None) -> None:
+@pytest.mark.parametrize("width", [1, 4])
+def test_greedy_matches_target_with_head_drafts(k: int, vocab: int | None, width: int) -> None:
     target = tiny_decoder(seed=0, dtype=torch.bfloat16)
     prompt = [3, 17, 42, 8, 8, 61, 5]
     plain, _ = generate(target, prompt, Decoding(40))
     target.reset()
-    drafter = HeadDrafter(target, _heads(target, k=max(k, 3), vocab=vocab))
+    drafter = HeadDrafter(target, _heads(target, k=max(k, 3), vocab=vocab), width=width)
     spec, stats = generate(target, prompt, Decoding(40), drafter, k=k)
     assert spec == plain
     assert stats.drafted > 0  # the heads did draft
+    assert (stats.tree_nodes > 0) == (width > 1)  # siblings only with a width
     assert drafter.rounds_without_state == 1  # only the first round has no hidden state
 
 
@@ -102,6 +104,37 @@ def test_heads_that_know_the_target_are_accepted() -> None:
     out, stats = generate(target, prompt, Decoding(30), HeadDrafter(target, oracle), k=k)
     assert out == plain
     assert stats.accepted >= stats.drafted - 2 and stats.rounds <= 12
+
+
+def test_a_sibling_right_where_the_first_draft_is_wrong_is_accepted() -> None:
+    """Medusa as a token tree: heads whose first choice is always wrong and whose second choice is
+    the target's own next token get that sibling accepted round after round. Each such round
+    leaves the chain, so this also checks the next round reads the state of the sibling the
+    target kept (a drafter reading the rejected chain's row would guess from the wrong place)."""
+    target = tiny_decoder(seed=2, dtype=torch.bfloat16)
+    prompt = [7, 7, 7, 7]
+    plain, _ = generate(target, prompt, Decoding(30))
+    seq = prompt + plain
+    target.reset()
+    target.forward(torch.tensor(seq[:-1]))
+    hs = target.last_hidden().states  # [n, H]
+    v = target.vocab_size
+
+    class SecondBest(MedusaHeads):
+        def draft_logits(self, hidden, k=None):
+            pos = int(((hs - hidden.float()).abs().sum(-1)).argmin())
+            out = torch.full((self.k, v), -1e9)
+            if pos + 2 < len(seq):
+                right = seq[pos + 2]
+                out[0, (right + 1) % v] = 1.0  # the first choice: wrong
+                out[0, right] = 0.0  # the next choice: right
+            return out[: self.k if k is None else min(k, self.k)]
+
+    heads = SecondBest(1, target.lm_head.weight.float(), torch.arange(v))
+    target.reset()
+    out, stats = generate(target, prompt, Decoding(30), HeadDrafter(target, heads, width=2), k=1)
+    assert out == plain
+    assert stats.branch_hits >= 12 and stats.accepted >= 12  # rounds after the first each gain the sibling
 
 
 @pytest.mark.slow
@@ -155,6 +188,12 @@ def test_data_training_and_the_head_file(tmp_path: Path) -> None:
                       report=lambda s: None)
     after = log[-1]["held_out"]
     assert after["all"]["head_top1"][0] > before["all"]["head_top1"][0]
+    ce_only = MedusaHeads(2, target.lm_head.weight.float()[ids], ids)  # Medusa-1's own loss, alone
+    settings = train.TrainSettings(heads=2, steps=60, batch=64, lr=3e-3, eval_every=60, feature_weight=0.0, ce_weight=1.0)
+    log = train.train(ce_only, tr, val, settings, report=lambda s: None)
+    assert log[-1]["held_out"]["all"]["head_top1"][0] > before["all"]["head_top1"][0]
+    with pytest.raises(ValueError, match="no loss"):
+        train.train(ce_only, tr, val, train.TrainSettings(feature_weight=0.0, ce_weight=0.0), report=lambda s: None)
     path = tmp_path / "heads.safetensors"
     heads.save(path, HeadsInfo("tiny", "", 2, target.config.hidden_size, int(ids.numel())))
     assert read_info(path)[1].heads == 2

@@ -66,6 +66,10 @@ def register(subparsers: Any) -> None:
     t.add_argument("--steps", type=int, default=None, help="default: 1500; 600 with --repo")
     t.add_argument("--batch", type=int, default=512)
     t.add_argument("--lr", type=float, default=None, help="default: 1e-3; 2e-4 with --repo")
+    t.add_argument("--ce-weight", type=float, default=0.1,
+                   help="medusa: the cross-entropy's weight in the loss, beside the feature regression's")
+    t.add_argument("--feature-weight", type=float, default=1.0,
+                   help="medusa: the feature regression's weight (0: cross-entropy alone, as Medusa-1 trains)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--eval-every", type=int, default=None, help="default: 250; 100 with --repo")
     t.set_defaults(func=cmd_train)
@@ -142,6 +146,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     tuning = args.repo is not None
     if args.init is not None and args.kind != "eagle":
         raise SystemExit("specd heads train: --init starts an EAGLE head only")
+    if args.ce_weight <= 0 and args.feature_weight <= 0:
+        raise SystemExit("specd heads train: --ce-weight and --feature-weight are both 0: nothing to train on")
     if tuning:
         if args.kind != "eagle" or args.data:
             raise SystemExit("specd heads train: --repo fine-tunes an EAGLE head on the repository's own data "
@@ -216,7 +222,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         size = settings.width
     else:
         settings = train.TrainSettings(heads=args.heads, vocab=args.vocab, steps=steps, batch=args.batch,
-                                       lr=lr, seed=args.seed, eval_every=eval_every)
+                                       lr=lr, seed=args.seed, eval_every=eval_every, ce_weight=args.ce_weight,
+                                       feature_weight=args.feature_weight)
         head = MedusaHeads(args.heads, rows, ids)
         log = train.train(head, train_split, val, settings, report)
         size = args.heads

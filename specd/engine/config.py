@@ -154,9 +154,9 @@ class EngineConfig:
     # Session 30 (dev tasks, through the daemon): width 3 took 2 % fewer rounds and decoded level;
     # a verified row is nearly free here only up to ~3 rows, when the host's memory is fast
     head_width: int = setting(1, check=_positive,
-                              help="EAGLE drafts: candidates at the first draft position, the head's first "
-                                   "draft and up to N-1 of its next choices beside it (a token tree, as "
-                                   "K auto's branch gate takes them); 1: a chain")
+                              help="EAGLE and Medusa drafts: candidates at the first draft position, the "
+                                   "head's first draft and up to N-1 of its next choices beside it (a token "
+                                   "tree, as K auto's branch gate takes them); 1: a chain")
     tree: str = setting("off", choices=TREE,
                         help="token trees: verify several candidates where the draft is unsure")
     tree_width: int = setting(3, check=_positive, help="candidates per uncertain draft position with --tree on")

@@ -54,9 +54,9 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
                  context_bias: float = 0.0, head_width: int = 1) -> Drafter | None:
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
     ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``).
-    ``heads`` (with ``target``): draft heads on the target's state; ``context_bias`` and
-    ``head_width``: an EAGLE head's lean toward the context's tokens and its candidates at the
-    first draft position (``EagleDrafter``)."""
+    ``heads`` (with ``target``): draft heads on the target's state; ``context_bias``: an EAGLE
+    head's lean toward the context's tokens (``EagleDrafter``); ``head_width``: an EAGLE head's or
+    Medusa heads' candidates at the first draft position."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
     model: Drafter | None = ModelDrafter(draft, branch, branch_below) if draft is not None else None
@@ -65,7 +65,7 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
             raise ValueError(f"drafter {kind!r} needs the heads and the target they read")
         on_target: Drafter = (EagleDrafter(target, heads, context_bias=context_bias, width=head_width)
                               if isinstance(heads, EagleHead)
-                              else HeadDrafter(target, heads))
+                              else HeadDrafter(target, heads, width=head_width))
         if kind == "heads":
             return on_target
         if kind == "auto":

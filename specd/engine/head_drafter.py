@@ -12,6 +12,13 @@ Drafts are deterministic (the heads' top token), so they are verified as one-hot
 greedy mode a draft is accepted when it is the target's greedy token, when sampling with
 probability ``p_target(d)``; either way the output is exactly the target's. Tokens outside the
 heads' sub-vocabulary are never proposed (and are still produced, as recovered or bonus tokens).
+
+With ``width`` > 1, Medusa's first head's next choices go beside the chain as **siblings** of its
+first draft (a token tree, Medusa's own way of verifying: ``specd.engine.tree``), as many as the
+budget's branch gate takes. They cost no head call, only verified rows. Each is one-hot, so the
+tree's verification keeps the output exactly the target's. After a round whose accepted path left
+the chain, the target compacts its hidden states to that path (``CausalLM.keep``), so the next
+round reads the state of the token actually accepted.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from specd.engine.budget import HEADS, DraftBudget
-from specd.engine.drafters import Chain
+from specd.engine.drafters import Chain, Proposal, Tree
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
 from specd.models.heads import MedusaHeads, RecurrentHead
@@ -34,9 +41,12 @@ class HeadDrafter:
     (one call for the chain) or a recurrent head (one small step per draft, each fed the draft
     before it)."""
 
-    def __init__(self, target: CausalLM, heads: DraftHeads) -> None:
+    def __init__(self, target: CausalLM, heads: DraftHeads, width: int = 1) -> None:
+        if width < 1:
+            raise ValueError(f"width must be >= 1, got {width}")
         self.target = target
         self.heads = heads
+        self.width = width  # Medusa: candidates at the first draft position, the chain's and its siblings
         self.rounds_without_state = 0  # rounds that found no hidden state to draft from
 
     @property
@@ -59,7 +69,7 @@ class HeadDrafter:
         return hidden.states[row]
 
     def propose(self, seq: list[int], budget: DraftBudget, params: SamplingParams,
-                generator: torch.Generator | None) -> Chain:
+                generator: torch.Generator | None) -> Proposal:
         state = self._state(seq)
         if state is None or not budget.may_draft([]):
             self.rounds_without_state += state is None
@@ -68,7 +78,8 @@ class HeadDrafter:
             tokens, _ = self.heads.draft(state, seq[-1], budget.k, budget.may_draft, budget.keeps)
             return Chain(torch.tensor(tokens, dtype=torch.long), None, HEADS)
         logits = self.heads.draft_logits(state, budget.k)  # [k, V']: one call for the whole chain
-        top_p, top_i = torch.softmax(logits, -1).max(-1)  # [k], [k]
+        probs = torch.softmax(logits, -1)  # [k, V']
+        top_p, top_i = probs.max(-1)  # [k], [k]
         tokens: list[int] = []
         tops: list[float] = []
         for i in range(logits.shape[0]):
@@ -79,7 +90,18 @@ class HeadDrafter:
                 break
             tokens.append(int(self.heads.ids[top_i[i]]))
             tops.append(top)
-        return Chain(torch.tensor(tokens, dtype=torch.long), None, HEADS)  # [k], one-hot proposals
+        siblings: list[int] = []
+        if self.width > 1 and tokens:
+            others = probs[0].topk(min(self.width, probs.shape[1])).indices[1:]  # [width - 1]: head 1's next choices
+            for other in others.tolist():
+                if not budget.may_branch(tops, len(siblings)):
+                    break
+                siblings.append(int(self.heads.ids[other]))
+        drafts = torch.tensor(tokens + siblings, dtype=torch.long)  # [k + s], one-hot proposals
+        if not siblings:
+            return Chain(drafts, None, HEADS)
+        parents = list(range(-1, len(tokens) - 1)) + [-1] * len(siblings)
+        return Tree(drafts, None, parents, HEADS)
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back: the drafter keeps no cache."""

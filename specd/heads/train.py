@@ -39,6 +39,7 @@ class TrainSettings:
     eval_every: int = 200
     eval_positions: int = 3000  # held-out positions looked at during training (all at the end)
     ce_weight: float = 0.1
+    feature_weight: float = 1.0
 
 
 @dataclass
@@ -256,10 +257,13 @@ def _fit(params: list[torch.nn.Parameter], lr: float, weight_decay: float, steps
 
 def train(heads: MedusaHeads, train_split: Split, val: Split, settings: TrainSettings,
           report: Callable[[str], None] = print) -> list[dict]:
-    """AdamW on two losses per head (EAGLE's pair, applied to Medusa): the block's output
-    regressed onto the target's own hidden state at ``t + j`` (smooth L1: the state whose head row
-    is the label, so no head matmul is needed for it), and ``ce_weight`` times the cross-entropy of
-    the label among the batch's labels (:func:`_batch_ce`). Returns the log."""
+    """AdamW on two losses per head (EAGLE's pair, applied to Medusa): ``feature_weight`` times the
+    block's output regressed onto the target's own hidden state at ``t + j`` (smooth L1: the state
+    whose head row is the label, so no head matmul is needed for it), and ``ce_weight`` times the
+    cross-entropy of the label among the batch's labels (:func:`_batch_ce`; Medusa-1's own loss).
+    Returns the log."""
+    if settings.feature_weight <= 0 and settings.ce_weight <= 0:
+        raise ValueError("no loss to train on: feature_weight and ce_weight are both 0")
     g = torch.Generator().manual_seed(settings.seed)
     labels = _reduced(train_split.labels, heads.ids, int(max(train_split.labels.max(), heads.ids.max())) + 1)
     usable = (train_split.later[:, 0] >= 0).nonzero().flatten()  # positions with at least one label
@@ -271,7 +275,10 @@ def train(heads: MedusaHeads, train_split: Split, val: Split, settings: TrainSet
         has = later >= 0
         goal = train_split.hidden[later.clamp(min=0)].float()  # [B, K, H]
         z = heads.features(h)  # [B, K, H]
-        loss = (F.smooth_l1_loss(z, goal, reduction="none").mean(-1) * has).sum() / has.sum().clamp(min=1)
+        loss = z.new_zeros(())
+        if settings.feature_weight > 0:
+            regress = F.smooth_l1_loss(z, goal, reduction="none").mean(-1)  # [B, K]
+            loss = settings.feature_weight * (regress * has).sum() / has.sum().clamp(min=1)
         if settings.ce_weight > 0:
             loss = loss + settings.ce_weight * _batch_ce(z, labels[pick], heads.head)  # labels [B, K]
         return loss
