@@ -34,15 +34,19 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 
+from specd.models import kernels
 from specd.models.eagle import FORMAT as EAGLE_FORMAT, PARAMS, EagleHead, EagleShape
 from specd.models.errors import ModelError
+from specd.models.int_linear import QK, Q8Linear, row_bytes
 
-# draft heads shipped with specd, by target name: models/data/heads/<target>.safetensors, and the
-# sha256 each file was shipped with (tests/test_shipped_heads.py checks it; bench/RESULTS.md says how
-# it was trained)
+# draft heads shipped with specd, by target name and kind: models/data/heads/<target>.safetensors
+# (the EAGLE head, the default drafter's) and <target>.medusa.safetensors, and the sha256 each file
+# was shipped with (tests/test_shipped_heads.py checks it; bench/RESULTS.md says how it was trained)
 SHIPPED = Path(__file__).parent / "data" / "heads"
+SHIPPED_KINDS = ("eagle", "medusa")  # --heads KIND: the heads of that kind shipped for the target
 SHIPPED_SHA256: dict[str, str] = {
-    "qwen2.5-coder-1.5b": "e4a314207519bcb2becc378a7a1857882f4095d9cecbb488805016e195a99c64",
+    "qwen2.5-coder-1.5b.safetensors": "e4a314207519bcb2becc378a7a1857882f4095d9cecbb488805016e195a99c64",
+    "qwen2.5-coder-1.5b.medusa.safetensors": "8d1a1d87f63e2e8daa4ec7be2fe5cfbdee0ea6653faa3190dfbbae8779a2d604",
 }
 FORMAT = "specd-medusa-1"
 RECURRENT_FORMAT = "specd-recurrent-2"  # 2: inputs scaled to unit RMS
@@ -74,7 +78,7 @@ class MedusaHeads(torch.nn.Module):
         self.bias = torch.nn.Parameter(torch.zeros(k, h))  # [K, H]
         self.register_buffer("head", head.float())  # [V', H]
         self.register_buffer("ids", ids.long())  # [V']
-        self._infer: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._infer: tuple[list[Q8Linear] | torch.Tensor, torch.Tensor, Q8Linear | torch.Tensor] | None = None
 
     @property
     def k(self) -> int:
@@ -89,22 +93,40 @@ class MedusaHeads(torch.nn.Module):
         """``hidden`` ``[n, H]`` (float32) -> logits ``[n, K, V']`` over the sub-vocabulary."""
         return self.features(hidden) @ self.head.T
 
+    def _packed(self) -> bool:
+        """Whether drafting runs on specd's INT8 kernel (built, and the width a multiple of its block)."""
+        return kernels.available() and self.head.shape[1] % QK == 0
+
     @torch.inference_mode()
     def draft_logits(self, hidden: torch.Tensor, k: int | None = None) -> torch.Tensor:
-        """One hidden state ``[H]`` -> the first ``k`` heads' logits ``[k, V']`` (float32), computed
-        in bfloat16 (half the bytes; the drafts are verified, never trusted)."""
-        if self._infer is None:
-            self._infer = (self.weight.detach().to(torch.bfloat16), self.bias.detach().to(torch.bfloat16),
-                           self.head.to(torch.bfloat16))
-        w, b, head = self._infer
+        """One hidden state ``[H]`` -> the first ``k`` heads' logits ``[k, V']`` (float32). Each
+        block's matrix and the shared head rows are INT8 on specd's kernel where it is built (the
+        EAGLE head's way: a bfloat16 matmul at one row took ~6 ms a call here, bench/RESULTS.md,
+        session 37), else bfloat16; the drafts are verified, never trusted."""
         k = self.k if k is None else min(k, self.k)
+        if self._infer is None:
+            if self._packed():
+                self._infer = ([Q8Linear.from_float(w) for w in self.weight.detach()], self.bias.detach().float(),
+                               Q8Linear.from_float(self.head))
+            else:
+                self._infer = (self.weight.detach().to(torch.bfloat16), self.bias.detach().to(torch.bfloat16),
+                               self.head.to(torch.bfloat16))
+        w, b, head = self._infer
+        if isinstance(head, Q8Linear):
+            x = hidden.float().reshape(1, -1)  # [1, H]
+            pre = torch.cat([w[j](x) for j in range(k)]) + b[:k]  # [k, H]
+            return head(x + F.silu(pre))  # [k, V']: the head's rows read once for all k
         x = hidden.to(torch.bfloat16).reshape(1, -1)  # [1, H]
         pre = torch.einsum("nh,kgh->kg", x, w[:k]) + b[:k]  # [k, H]
         z = x + F.silu(pre)
         return (z @ head.T).float()  # [k, V']
 
     def nbytes(self) -> int:
-        """Bytes read per draft (the bfloat16 copies): the blocks and the shared head rows."""
+        """Bytes read per call for all heads: the blocks and the shared head rows, INT8 rows where
+        specd's kernel runs them, else bfloat16."""
+        if self._packed():
+            h = self.head.shape[1]
+            return (self.k * h + self.head.shape[0]) * row_bytes(h) + 4 * self.bias.numel()
         return 2 * (self.weight.numel() + self.bias.numel() + self.head.numel())
 
     def save(self, path: Path, info: HeadsInfo) -> None:
@@ -113,9 +135,11 @@ class MedusaHeads(torch.nn.Module):
                   str(path), metadata={"format": FORMAT, "info": json.dumps(info.__dict__)})
 
 
-def shipped(target: str) -> Path | None:
-    """The heads shipped for the published model ``target``, if any."""
-    path = SHIPPED / f"{target}.safetensors"
+def shipped(target: str, kind: str = "eagle") -> Path | None:
+    """The heads of ``kind`` (``SHIPPED_KINDS``) shipped for the published model ``target``, if any."""
+    if kind not in SHIPPED_KINDS:
+        raise ValueError(f"shipped heads are of kinds {', '.join(SHIPPED_KINDS)}, not {kind!r}")
+    path = SHIPPED / (f"{target}.safetensors" if kind == "eagle" else f"{target}.{kind}.safetensors")
     return path if path.is_file() else None
 
 

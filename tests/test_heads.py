@@ -15,6 +15,7 @@ from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import Decoding, generate
 from specd.heads import corpus, data, train
 from specd.models.heads import HeadsInfo, MedusaHeads, load, read_info
+from specd.models import kernels
 from specd.models.errors import ModelError
 from tests.test_sampling import _chi2_pvalue
 from tests.tiny import TINY_VOCAB, tiny_decoder, tiny_tokenizer
@@ -45,6 +46,30 @@ def test_a_zero_head_guesses_what_the_target_head_would() -> None:
         out = heads(h.states)  # [4, 2, V]
     torch.testing.assert_close(out[:, 0], logits, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(out[:, 1], logits, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="specd's C kernels are not built here")
+def test_medusa_drafts_on_the_int8_kernel_rank_as_the_float_heads() -> None:
+    """Where specd's INT8 kernel runs the blocks and the shared head rows, a draft call's logits
+    are the float heads' own within INT8's rounding, and the drafts (each head's top) agree."""
+    torch.manual_seed(0)
+    h, v = 64, 96
+    heads = MedusaHeads(3, torch.randn(v, h), torch.arange(v))
+    with torch.no_grad():
+        heads.weight.copy_(torch.randn(heads.weight.shape) * 0.1)
+        heads.bias.copy_(torch.randn(heads.bias.shape) * 0.1)
+    assert heads._packed()
+    agree = 0
+    for _ in range(20):
+        x = torch.randn(h)
+        exact = heads(x[None])[0]  # [K, V'] float32
+        got = heads.draft_logits(x)
+        assert got.shape == (3, v)
+        torch.testing.assert_close(got, exact, atol=0.15 * float(exact.abs().max()), rtol=0.0)
+        agree += int((got.argmax(-1) == exact.argmax(-1)).sum())
+        assert torch.equal(heads.draft_logits(x, 2), got[:2])  # the first k heads alone: the same rows
+    assert agree >= 55  # of 60 drafts
+    assert heads.nbytes() < 2 * (heads.weight.numel() + heads.head.numel())  # INT8 rows, not bfloat16
 
 
 def test_hidden_states_follow_the_cache() -> None:
@@ -324,5 +349,7 @@ def test_missing_heads_are_a_clear_error(tmp_path: Path) -> None:
 
     with pytest.raises(ModelError, match="no such file"):
         heads_file(EngineConfig(drafter="heads", heads=str(tmp_path / "none.safetensors")))
-    with pytest.raises(ModelError, match="no draft heads are shipped for .*specd heads train"):
+    with pytest.raises(ModelError, match="no eagle draft heads are shipped for .*specd heads train"):
         heads_file(EngineConfig(target=str(tmp_path / "x.gguf"), drafter="heads"))
+    with pytest.raises(ModelError, match="no medusa draft heads are shipped for "):
+        heads_file(EngineConfig(target=str(tmp_path / "x.gguf"), drafter="heads", heads="medusa"))

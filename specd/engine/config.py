@@ -136,8 +136,9 @@ class EngineConfig:
                                 "hidden state: --heads), heads+ngram (n-gram when it finds a match, else "
                                 "the heads), or auto (n-gram when it finds a match, else the draft model or "
                                 "the heads, whichever K auto predicts faster on this kind of text)")
-    heads: str = setting("", help="draft heads file for --drafter heads (specd heads train); empty: the heads "
-                                  "shipped for the target, if any")
+    heads: str = setting("", help="draft heads for --drafter heads: a file (specd heads train), or eagle | medusa: "
+                                  "the heads of that kind shipped for the target; empty: the EAGLE head shipped "
+                                  "for the target, if any")
     device: str = setting("cpu", check=_device, help="cpu or cuda[:N]")
     # auto: StructureK with the in-round gate (bench/RESULTS.md compares it with fixed K)
     k: int | str = setting("auto", parse=parse_k, check=_check_k,
