@@ -100,17 +100,26 @@ def test_greedy_matches_target_with_head_drafts(k: int, vocab: int | None, width
     assert drafter.rounds_without_state == 1  # only the first round has no hidden state
 
 
-def test_heads_that_know_the_target_are_accepted() -> None:
-    """Heads built to repeat the target's own greedy continuation get their drafts accepted:
-    the drafter reads the right hidden state (a drafter off by one position would be rejected)."""
-    torch.manual_seed(0)
-    target = tiny_decoder(seed=2, dtype=torch.bfloat16)
+def _greedy_run(seed: int = 2) -> tuple:
+    """A tiny target's greedy continuation of a prompt, and its hidden states over the whole
+    sequence: (target, prompt, plain, seq, states ``[n, H]``), for heads that look up where
+    they are by the state they are handed."""
+    target = tiny_decoder(seed=seed, dtype=torch.bfloat16)
     prompt = [7, 7, 7, 7]
     plain, _ = generate(target, prompt, Decoding(30))
     seq = prompt + plain
     target.reset()
     target.forward(torch.tensor(seq[:-1]))
     hs = target.last_hidden().states  # [n, H]
+    target.reset()
+    return target, prompt, plain, seq, hs
+
+
+def test_heads_that_know_the_target_are_accepted() -> None:
+    """Heads built to repeat the target's own greedy continuation get their drafts accepted:
+    the drafter reads the right hidden state (a drafter off by one position would be rejected)."""
+    torch.manual_seed(0)
+    target, prompt, plain, seq, hs = _greedy_run()
     # a head that maps each (distinct) hidden state to the token 1 + j after its next token
     k = 2
     v = target.vocab_size
@@ -125,7 +134,6 @@ def test_heads_that_know_the_target_are_accepted() -> None:
             return out[: self.k if k is None else min(k, self.k)]
 
     oracle = Oracle(k, target.lm_head.weight.float(), torch.arange(v))
-    target.reset()
     out, stats = generate(target, prompt, Decoding(30), HeadDrafter(target, oracle), k=k)
     assert out == plain
     assert stats.accepted >= stats.drafted - 2 and stats.rounds <= 12
@@ -136,13 +144,7 @@ def test_a_sibling_right_where_the_first_draft_is_wrong_is_accepted() -> None:
     the target's own next token get that sibling accepted round after round. Each such round
     leaves the chain, so this also checks the next round reads the state of the sibling the
     target kept (a drafter reading the rejected chain's row would guess from the wrong place)."""
-    target = tiny_decoder(seed=2, dtype=torch.bfloat16)
-    prompt = [7, 7, 7, 7]
-    plain, _ = generate(target, prompt, Decoding(30))
-    seq = prompt + plain
-    target.reset()
-    target.forward(torch.tensor(seq[:-1]))
-    hs = target.last_hidden().states  # [n, H]
+    target, prompt, plain, seq, hs = _greedy_run()
     v = target.vocab_size
 
     class SecondBest(MedusaHeads):
@@ -156,7 +158,6 @@ def test_a_sibling_right_where_the_first_draft_is_wrong_is_accepted() -> None:
             return out[: self.k if k is None else min(k, self.k)]
 
     heads = SecondBest(1, target.lm_head.weight.float(), torch.arange(v))
-    target.reset()
     out, stats = generate(target, prompt, Decoding(30), HeadDrafter(target, heads, width=2), k=1)
     assert out == plain
     assert stats.branch_hits >= 12 and stats.accepted >= 12  # rounds after the first each gain the sibling
