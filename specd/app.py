@@ -60,8 +60,8 @@ def heads_at_hand(config: EngineConfig) -> bool:
     hands over hidden states (not ONNX Runtime), on the CPU (where the heads were measured)."""
     if config.device != "cpu" or config.target_backend == "ort":
         return False
-    shipped_kind = config.heads or "eagle"  # --heads eagle|medusa, or none: a shipped file
-    if shipped_kind in heads.SHIPPED_KINDS and heads.shipped(config.target, shipped_kind) is None:
+    kind = shipped_kind(config)
+    if kind is not None and heads.shipped(config.target, kind) is None:
         return False
     try:
         return resolve(config.target).gguf is not None
@@ -93,16 +93,24 @@ def build_engine(config: EngineConfig = EngineConfig()) -> Engine:
                   costs=costs, heads=heads)
 
 
+def shipped_kind(config: EngineConfig) -> str | None:
+    """The kind of shipped heads ``--heads`` names (``eagle`` when it names none), or None when it
+    names a file."""
+    if not config.heads:
+        return "eagle"
+    return config.heads if config.heads in heads.SHIPPED_KINDS else None
+
+
 def heads_file(config: EngineConfig) -> Path:
     """The draft heads ``--drafter heads`` loads: ``--heads FILE``; ``--heads eagle|medusa`` or
     none, the ones of that kind (EAGLE when none is named) shipped for the target (ModelError when
     there are none)."""
-    if config.heads and config.heads not in heads.SHIPPED_KINDS:
+    kind = shipped_kind(config)
+    if kind is None:
         path = Path(config.heads).expanduser()
         if not path.is_file():
             raise ModelError(f"draft heads {config.heads}: no such file")
         return path
-    kind = config.heads or "eagle"
     shipped = heads.shipped(config.target, kind)
     if shipped is None:
         raise ModelError(f"no {kind} draft heads are shipped for {config.target}: train them (specd heads data, "

@@ -81,6 +81,24 @@ class Tree:
 Proposal = Chain | Tree
 
 
+def with_siblings(tokens: list[int], confidences: list[float], others: list[int], budget: DraftBudget,
+                  source: str, catch_up_ms: float = 0.0) -> Proposal:
+    """One-hot chain drafts ``tokens`` (their drafter's ``confidences``) with the drafter's next
+    choices at the first draft position, ``others`` in rank order, beside the first draft as
+    **siblings**, as many as the budget's branch gate takes: a :class:`Tree`, or a
+    :class:`Chain` when it takes none."""
+    siblings: list[int] = []
+    for other in others:
+        if not budget.may_branch(confidences, len(siblings)):
+            break
+        siblings.append(other)
+    drafts = torch.tensor(tokens + siblings, dtype=torch.long)  # [k + s], one-hot proposals
+    if not siblings:
+        return Chain(drafts, None, source, catch_up_ms=catch_up_ms)
+    parents = list(range(-1, len(tokens) - 1)) + [-1] * len(siblings)
+    return Tree(drafts, None, parents, source, catch_up_ms=catch_up_ms)
+
+
 class Drafter(Protocol):
     @property
     def max_len(self) -> int:

@@ -38,7 +38,7 @@ import time
 import torch
 
 from specd.engine.budget import HEADS, DraftBudget
-from specd.engine.drafters import Chain, OrdinaryForward, Proposal, Tree
+from specd.engine.drafters import Chain, OrdinaryForward, Proposal, with_siblings
 from specd.engine.errors import UnsupportedDrafter
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
@@ -147,16 +147,7 @@ class EagleDrafter:
         d = self.head.draft_after(self.cache, f, budget.k, budget.may_draft, budget.keeps, favour, self.width - 1)
         self.cache_tokens[: len(seq)] = tokens
         self.round_rows = len(d.tokens) + 1
-        siblings: list[int] = []
-        for other in d.others:
-            if not budget.may_branch(d.probs, len(siblings)):
-                break
-            siblings.append(other)
-        chain = torch.tensor(d.tokens + siblings, dtype=torch.long)  # [k + s], one-hot proposals
-        if not siblings:
-            return Chain(chain, None, HEADS, catch_up_ms=self.catch_up_ms)
-        parents = list(range(-1, len(d.tokens) - 1)) + [-1] * len(siblings)
-        return Tree(chain, None, parents, HEADS, catch_up_ms=self.catch_up_ms)
+        return with_siblings(d.tokens, d.probs, d.others, budget, HEADS, self.catch_up_ms)
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back now: the next round checks the head's rows against its sequence."""

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from specd.engine.budget import HEADS, DraftBudget
-from specd.engine.drafters import Chain, Proposal, Tree
+from specd.engine.drafters import Chain, Proposal, with_siblings
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
 from specd.models.heads import MedusaHeads, RecurrentHead
@@ -90,18 +90,10 @@ class HeadDrafter:
                 break
             tokens.append(int(self.heads.ids[top_i[i]]))
             tops.append(top)
-        siblings: list[int] = []
-        if self.width > 1 and tokens:
-            others = probs[0].topk(min(self.width, probs.shape[1])).indices[1:]  # [width - 1]: head 1's next choices
-            for other in others.tolist():
-                if not budget.may_branch(tops, len(siblings)):
-                    break
-                siblings.append(int(self.heads.ids[other]))
-        drafts = torch.tensor(tokens + siblings, dtype=torch.long)  # [k + s], one-hot proposals
-        if not siblings:
-            return Chain(drafts, None, HEADS)
-        parents = list(range(-1, len(tokens) - 1)) + [-1] * len(siblings)
-        return Tree(drafts, None, parents, HEADS)
+        others: list[int] = []
+        if self.width > 1:  # head 1's next choices, ranked
+            others = self.heads.ids[probs[0].topk(min(self.width, probs.shape[1])).indices[1:]].tolist()
+        return with_siblings(tokens, tops, others, budget, HEADS)
 
     def commit(self, valid: int) -> None:
         """Nothing to roll back: the drafter keeps no cache."""
