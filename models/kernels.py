@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 # ABI_VERSION (and SPECD_KERNEL_ABI_VERSION in kernel_abi.h with it) whenever any exported
 # function's signature, q8_layer's dims[] / weights[] tables or the packed weight layout
 # changes, and edit _SIGNATURES / LAYER_DIMS / LAYER_WEIGHTS to match SPECD_KERNEL_SIGNATURES.
-ABI_VERSION = 8
+ABI_VERSION = 9
 _P, _I64, _I32, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _SIGNATURES: dict[str, tuple[list[type], type | None]] = {
     "q8_linear": ([_P, _I64, _I64, _P, _I64, _P, _P, _P], None),

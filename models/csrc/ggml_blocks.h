@@ -57,10 +57,10 @@ _Static_assert(sizeof(block_q8_K) == 292, "Q8_K block: 292 bytes");
  *            32s + 4h + e (low nibble) | code of element 32s + 16 + 4h + e (high nibble); then
  *            sc[s][c] (uint8, 128 bytes), m[p][c][2] = (m[2p][c], m[2p+1][c]) (uint8, 128 bytes),
  *            d[c], dmin[c] (fp16, 32 bytes each)
- *   Q6_K_X16 (3360 bytes): vectors v[s][h] (s < 16 sub-blocks of 16, h < 2): byte 4c+e = low 4
- *            bits of element 16s + 4h + e | those of element 16s + 8 + 4h + e << 4; vectors u[s]:
- *            byte 4c+e = the high 2 bits of elements 16s + e, 16s + 4 + e, 16s + 8 + e, 16s + 12 + e
- *            at bits 0, 2, 4, 6; then sc[s][c] (int8, 256 bytes), d[c] (fp16, 32 bytes)
+ *   Q6_K_X16 (3360 bytes): with a_q the 6-bit code of element 16s + 4q + e (s < 16 sub-blocks of
+ *            16, q < 4): vectors v[s][0]: byte 4c+e = a_0 | (a_1 >> 4) << 6; v[s][1]: a_2 |
+ *            (a_3 >> 4) << 6; then vectors u[s]: (a_1 & 15) | (a_3 & 15) << 4 (so a_0 and a_2 are
+ *            one AND away); then sc[s][c] (int8, 256 bytes), d[c] (fp16, 32 bytes)
  * The same values as the GGUF blocks, byte for byte recoverable (gg_unrepack). */
 #define GG_X16 0x100
 enum { GG_Q4_0_X16 = GG_X16 | GG_Q4_0, GG_Q4_K_X16 = GG_X16 | GG_Q4_K, GG_Q6_K_X16 = GG_X16 | GG_Q6_K };

@@ -88,18 +88,22 @@ static void unrepack_q4_K(const uint8_t *g, int64_t i, block_q4_K *const *rows) 
     }
 }
 
+/* Q6_K_X16's three bytes for elements 16s + 4q + e, q < 4 (ggml_blocks.h): the codes of q = 0
+ * and q = 2 whole in the low 6 bits of x and y, the low 4 bits of q = 1 and q = 3 in z's nibbles,
+ * their high 2 bits at bits 6-7 of x and y. Decoding the four code vectors takes 9 operations
+ * at AVX-512 (11 at AVX2), where splitting every code into a nibble and 2 high bits took 13 (17):
+ * the one-row kernel is short of vector ports while it streams, and streams faster with fewer
+ * operations a byte (bench/RESULTS.md, session 39) */
 static void repack_q6_K(const block_q6_K *const *rows, int64_t i, uint8_t *g) {
     for (int c = 0; c < 16; c++) {
         const block_q6_K *b = rows[c] + i;
         for (int s = 0; s < 16; s++) {
-            for (int h = 0; h < 2; h++)
-                for (int e = 0; e < 4; e++)
-                    g[64 * (2 * s + h) + 4 * c + e] = (uint8_t)((q6_K_code(b, 16 * s + 4 * h + e) & 0xF) |
-                                                                (q6_K_code(b, 16 * s + 8 + 4 * h + e) & 0xF) << 4);
             for (int e = 0; e < 4; e++) {
-                uint8_t u = 0;
-                for (int q = 0; q < 4; q++) u |= (uint8_t)((q6_K_code(b, 16 * s + 4 * q + e) >> 4) << (2 * q));
-                g[X16_Q6_K_HI + 64 * s + 4 * c + e] = u;
+                int code[4];
+                for (int q = 0; q < 4; q++) code[q] = q6_K_code(b, 16 * s + 4 * q + e);
+                g[64 * (2 * s) + 4 * c + e] = (uint8_t)(code[0] | (code[1] >> 4) << 6);
+                g[64 * (2 * s + 1) + 4 * c + e] = (uint8_t)(code[2] | (code[3] >> 4) << 6);
+                g[X16_Q6_K_HI + 64 * s + 4 * c + e] = (uint8_t)((code[1] & 0xF) | (code[3] & 0xF) << 4);
             }
             g[X16_Q6_K_SC + 16 * s + c] = (uint8_t)b->scales[s];
         }
@@ -112,8 +116,9 @@ static void unrepack_q6_K(const uint8_t *g, int64_t i, block_q6_K *const *rows) 
         block_q6_K *b = rows[c] + i;
         for (int el = 0; el < QK_K; el++) {
             const int s = el / 16, r = el % 16, q = r / 4, e = r % 4; /* r = 4q + e */
-            const uint8_t v = g[64 * (2 * s + (q & 1)) + 4 * c + e];
-            const int code = (q < 2 ? v & 0xF : v >> 4) | ((g[X16_Q6_K_HI + 64 * s + 4 * c + e] >> (2 * q)) & 3) << 4;
+            const uint8_t x = g[64 * (2 * s) + 4 * c + e], y = g[64 * (2 * s + 1) + 4 * c + e];
+            const uint8_t z = g[X16_Q6_K_HI + 64 * s + 4 * c + e];
+            const int code = q == 0 ? x & 0x3F : q == 2 ? y & 0x3F : q == 1 ? (z & 0xF) | (x >> 6) << 4 : (z >> 4) | (y >> 6) << 4;
             /* q6_K_code's bit places, written back */
             const int half = el / 128, quad = (el % 128) / 32, l = el % 32;
             uint8_t *ql = &b->ql[64 * half + l + (quad & 1) * 32], *qh = &b->qh[32 * half + l];
@@ -239,16 +244,19 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
             for (int j = 0; j < R; j++) sub[j] = sub2[j] = _mm512_setzero_si512();
             for (int h = 0; h < 4; h++) {
                 const __m512i v = _mm512_loadu_si512((const void *)(w + 64 * (4 * s + h)));
-                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                /* hi16: the high nibble in place, 16 x its code (no shift: the one-row step is
+                 * short of vector ports, not of bytes); sub2 is 16 x the high codes' sum, exactly
+                 * (|sub2| <= 16 * 15 * 128 * 16 < 2^31), divided back below */
+                const __m512i lo = _mm512_and_si512(v, m4), hi16 = _mm512_andnot_si512(m4, v);
                 for (int j = 0; j < R; j++) {
                     const int8_t *q = xr[j][i].qs + 32 * s + 4 * h;
                     sub[j] = dpbusd_b4(sub[j], lo, q);
-                    sub2[j] = dpbusd_b4(sub2[j], hi, q + 16);
+                    sub2[j] = dpbusd_b4(sub2[j], hi16, q + 16);
                 }
             }
             const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + X16_Q4_K_SC + 16 * s)));
             for (int j = 0; j < R; j++)
-                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(sub[j], sub2[j]), sc));
+                isum[j] = _mm512_add_epi32(isum[j], _mm512_mullo_epi32(_mm512_add_epi32(sub[j], _mm512_srai_epi32(sub2[j], 4)), sc));
         }
         /* msum = sum_s m_s * (row's sum of sub-block s), by pairs of sub-blocks (vpdpwssd, exact) */
         __m512i mp[4];
@@ -274,7 +282,7 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
 /* Q6_K_X16: as x16_q4_K (bs unused: Q8_K's own 16-element sums serve the -32 offset) */
 GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, const uint8_t *w, int64_t nsb,
                                                                    const block_q8_K *const *xr, float *out) {
-    const __m512i m4 = _mm512_set1_epi8(0xF), m3 = _mm512_set1_epi8(3), m30 = _mm512_set1_epi8(0x30);
+    const __m512i m4 = _mm512_set1_epi8(0xF), m3f = _mm512_set1_epi8(0x3F), m30 = _mm512_set1_epi8(0x30);
     __m512 acc[8];
     for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
@@ -285,13 +293,12 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
             const __m512i v0 = _mm512_loadu_si512((const void *)(w + 128 * s));
             const __m512i v1 = _mm512_loadu_si512((const void *)(w + 128 * s + 64));
             const __m512i u = _mm512_loadu_si512((const void *)(w + X16_Q6_K_HI + 64 * s));
-            /* the codes 0..63 of elements 16s + 4q + e, q < 4 */
-            const __m512i q0 = _mm512_or_si512(_mm512_and_si512(v0, m4), _mm512_slli_epi16(_mm512_and_si512(u, m3), 4));
-            const __m512i q1 = _mm512_or_si512(_mm512_and_si512(v1, m4),
-                                               _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(u, 2), m3), 4));
-            const __m512i q2 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), _mm512_and_si512(u, m30));
-            const __m512i q3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(v1, 4), m4),
-                                               _mm512_and_si512(_mm512_srli_epi16(u, 2), m30));
+            /* the codes 0..63 of elements 16s + 4q + e, q < 4 (repack_q6_K's bytes; vpternlogd
+             * 0xF8: a | (b & c)) */
+            const __m512i q0 = _mm512_and_si512(v0, m3f), q2 = _mm512_and_si512(v1, m3f);
+            const __m512i q1 = _mm512_ternarylogic_epi32(_mm512_and_si512(u, m4), _mm512_srli_epi16(v0, 2), m30, 0xF8);
+            const __m512i q3 = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(u, 4), m4),
+                                                         _mm512_srli_epi16(v1, 2), m30, 0xF8);
             for (int j = 0; j < R; j++) {
                 const int8_t *q = xr[j][i].qs + 16 * s;
                 const __m512i a = dpbusd_b4(_mm512_setzero_si512(), q0, q);
@@ -489,7 +496,7 @@ static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, con
 /* Q6_K_X16 at AVX2 (as x16_q4_K_avx2) */
 static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
                                                                 const block_q8_K *const *xr, float *out) {
-    const __m256i m4 = _mm256_set1_epi8(0xF), m3 = _mm256_set1_epi8(3), m30 = _mm256_set1_epi8(0x30);
+    const __m256i m4 = _mm256_set1_epi8(0xF), m3f = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
         if (hf == 0) prefetch_ahead(w, X16_Q6_K_BYTES);
@@ -499,12 +506,11 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 32 * hf));
             const __m256i v1 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 64 + 32 * hf));
             const __m256i u = _mm256_loadu_si256((const __m256i *)(w + X16_Q6_K_HI + 64 * s + 32 * hf));
-            const __m256i q0 = _mm256_or_si256(_mm256_and_si256(v0, m4), _mm256_slli_epi16(_mm256_and_si256(u, m3), 4));
-            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(v1, m4),
-                                               _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(u, 2), m3), 4));
-            const __m256i q2 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v0, 4), m4), _mm256_and_si256(u, m30));
-            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v1, 4), m4),
-                                               _mm256_and_si256(_mm256_srli_epi16(u, 2), m30));
+            /* the codes of elements 16s + 4q + e (repack_q6_K's bytes) */
+            const __m256i q0 = _mm256_and_si256(v0, m3f), q2 = _mm256_and_si256(v1, m3f);
+            const __m256i q1 = _mm256_or_si256(_mm256_and_si256(u, m4), _mm256_and_si256(_mm256_srli_epi16(v0, 2), m30));
+            const __m256i q3 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(u, 4), m4),
+                                               _mm256_and_si256(_mm256_srli_epi16(v1, 2), m30));
             const __m256i sc = scale_pairs_s8(w + X16_Q6_K_SC + 16 * s + 8 * hf);
             for (int j = 0; j < R; j++) {
                 const int8_t *q = xr[j][i].qs + 16 * s;

@@ -19,7 +19,7 @@
 #define SPECD_KERNEL_ABI_H
 #include <stdint.h>
 
-#define SPECD_KERNEL_ABI_VERSION 8
+#define SPECD_KERNEL_ABI_VERSION 9
 
 /* SPECD_KERNEL_ABI(FN, TABLE), in the text's order:
  *   FN(ret, name, params): ret one of KR_VOID, KR_I32, KR_I64, KR_P(c type); params a sequence
