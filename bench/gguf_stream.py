@@ -24,7 +24,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 from gguf import GGMLQuantizationType as T
 
@@ -45,19 +44,22 @@ SHAPES = [("gate_up", T.Q4_K, 17920, 1536, 28), ("down", T.Q6_K, 1536, 8960, 14)
 RESIDENT = [("gate_up", T.Q4_K, 256, 1536, 200), ("down", T.Q6_K, 64, 8960, 200)]
 
 
+# the entry points this script calls, declared as specd.models.kernels declares them (the other
+# build is loaded without the loader's ABI check: a changed layout bumps the ABI version, and a
+# build of the old layout is what this script compares against)
+USED = ("gg_repack", "gg_quantize", "gg_gemm", "gg_row_bytes", "gg_act_bytes", "gg_simd", "specd_kernel_set_threads")
+
+
 class Build:
     """One kernel library through ctypes: its own repacked copies and its gemm."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, lib: ctypes.CDLL | None = None) -> None:
         self.path = path
-        lib = ctypes.CDLL(path)
-        p, i64, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-        lib.gg_repack.argtypes = [i32, p, i64, i64, p]
-        lib.gg_quantize.argtypes = [i32, p, i64, i64, p]
-        lib.gg_gemm.argtypes = [i32, p, i64, i64, p, i64, p, i64]
-        lib.gg_row_bytes.argtypes = lib.gg_act_bytes.argtypes = [i32, i64]
-        lib.gg_row_bytes.restype = lib.gg_act_bytes.restype = i64
-        lib.specd_kernel_set_threads.argtypes = [i32]
+        if lib is None:
+            lib = ctypes.CDLL(path)
+            for name in USED:
+                fn = getattr(lib, name)
+                fn.argtypes, fn.restype = kernels._SIGNATURES[name]
         self.lib = lib
 
     def repack(self, arena: HugePageArena, qtype: int, raw: torch.Tensor, k: int) -> torch.Tensor:
@@ -85,7 +87,8 @@ def main() -> int:
     if args.resident:
         args.threads = 1
     torch.set_num_threads(args.threads)
-    builds = [Build(str(kernels.kernel().path)), Build(args.other)]
+    installed = kernels.kernel()
+    builds = [Build(installed.path, installed.lib), Build(args.other)]
     for b in builds:
         b.lib.specd_kernel_set_threads(args.threads)
     print(f"installed {builds[0].path}\nother     {builds[1].path}\nthreads {args.threads}, "
