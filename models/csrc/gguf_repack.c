@@ -235,10 +235,10 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q4_K(const int R, 
     __m512 acc[8];
     for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
-        prefetch_ahead(w, X16_Q4_K_BYTES);
         __m512i isum[8], sub[8];
         for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
         for (int s = 0; s < 8; s++) {
+            prefetch_ahead_part(w, X16_Q4_K_BYTES, s, 8);
             /* two accumulation chains per row (low and high nibbles): vpdpbusd's latency */
             __m512i sub2[8];
             for (int j = 0; j < R; j++) sub[j] = sub2[j] = _mm512_setzero_si512();
@@ -286,10 +286,10 @@ GG_T512 static inline __attribute__((always_inline)) void x16_q6_K(const int R, 
     __m512 acc[8];
     for (int j = 0; j < R; j++) acc[j] = _mm512_setzero_ps();
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
-        prefetch_ahead(w, X16_Q6_K_BYTES);
         __m512i isum[8], sub[8];
         for (int j = 0; j < R; j++) isum[j] = _mm512_setzero_si512();
         for (int s = 0; s < 16; s++) {
+            prefetch_ahead_part(w, X16_Q6_K_BYTES, s, 16);
             const __m512i v0 = _mm512_loadu_si512((const void *)(w + 128 * s));
             const __m512i v1 = _mm512_loadu_si512((const void *)(w + 128 * s + 64));
             const __m512i u = _mm512_loadu_si512((const void *)(w + X16_Q6_K_HI + 64 * s));
@@ -453,10 +453,10 @@ static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, con
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
-        if (hf == 0) prefetch_ahead(w, X16_Q4_K_BYTES);
         __m256i isum[4];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
+            if (hf == 0) prefetch_ahead_part(w, X16_Q4_K_BYTES, s, 8);
             __m256i s16[4];
             for (int j = 0; j < R; j++) s16[j] = _mm256_setzero_si256();
             for (int h = 0; h < 4; h++) {
@@ -499,10 +499,10 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
     const __m256i m4 = _mm256_set1_epi8(0xF), m3f = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
-        if (hf == 0) prefetch_ahead(w, X16_Q6_K_BYTES);
         __m256i isum[4];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 16; s++) {
+            if (hf == 0) prefetch_ahead_part(w, X16_Q6_K_BYTES, s, 16);
             const __m256i v0 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 32 * hf));
             const __m256i v1 = _mm256_loadu_si256((const __m256i *)(w + 128 * s + 64 + 32 * hf));
             const __m256i u = _mm256_loadu_si256((const __m256i *)(w + X16_Q6_K_HI + 64 * s + 32 * hf));

@@ -20,17 +20,31 @@ static inline void prefetch_span(const void *p, int bytes) {
     for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)p + GG_PREFETCH + off, _MM_HINT_T0);
 }
 
-/* the repacked kernels: each super-block prefetches the one GG_PREFETCH_X16 super-blocks ahead
+/* The repacked kernels prefetch the super-block GG_PREFETCH_X16 ahead of the one they compute
  * (the groups lie back to back, so this runs on into the next group) into L2, not L1. Into L1
  * (two ahead, as before session 16) the weight stream and the tile's arithmetic took the sum of
  * their times instead of the larger: on a 2-core AMD EPYC, 28 Q4_K gate/up linears of the 1.5B
  * took 13.2 / 27.2 / 47.6 ms at 1 / 4 / 8 rows with L1 prefetch and 13.1 / 14.5 / 25.4 into L2,
- * six ahead, in the same run (Q6_K alike); bench/RESULTS.md session 16 */
+ * six ahead, in the same run (Q6_K alike); bench/RESULTS.md session 16.
+ * The prefetches come a slice at a time: the tile's sub-block loop calls prefetch_ahead_part for
+ * slice `part` of `parts` of that super-block's cache lines, so they interleave with the
+ * arithmetic. All of a super-block's prefetches at once (up to session 39) stalled a tile computing
+ * several rows: a software prefetch that finds no free fill buffer waits, and the instructions
+ * behind it cannot retire while it does. On the 2-core Ice Lake server of session 40, Q4_K at
+ * the target's gate/up shape over 5 rows then streamed at 306-346 ns a group's super-block
+ * against 246-263 ns sliced, where one row takes 229-250; Q6_K alike (bench/RESULTS.md). */
 #ifndef GG_PREFETCH_X16
 #define GG_PREFETCH_X16 6
 #endif
-static inline void prefetch_ahead(const uint8_t *w, int bytes) {
-    for (int off = 0; off < bytes; off += 64) _mm_prefetch((const char *)w + GG_PREFETCH_X16 * bytes + off, _MM_HINT_T1);
+static inline __attribute__((always_inline)) void prefetch_ahead_part(const uint8_t *w, const int bytes, int part,
+                                                                      const int parts) {
+    /* slice p: lines p * per .. p * per + per - 1, and one of the remaining lines while p < extra
+     * (a fixed count per call: the tile's loops stay unrolled and its accumulators in registers,
+     * which a loop bound computed per slice broke, at twice the time) */
+    const int lines = (bytes + 63) / 64, per = lines / parts, extra = lines - per * parts;
+    const char *a = (const char *)w + GG_PREFETCH_X16 * bytes;
+    for (int l = 0; l < per; l++) _mm_prefetch(a + 64 * (part * per + l), _MM_HINT_T1);
+    if (part < extra) _mm_prefetch(a + 64 * (parts * per + part), _MM_HINT_T1);
 }
 
 /* the sum of 8 int32 lanes (exact) */
