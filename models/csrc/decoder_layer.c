@@ -121,7 +121,26 @@ static void kv_store(void *cache, int64_t at, const float *src, int64_t hd, int 
 GG_T512 static inline __attribute__((always_inline)) void values512_n(
         const int64_t gh, int64_t hd, const void *vals, const int64_t *pos, int64_t m, const float *sc,
         int64_t m8, const float *inv, float *out, const int f16) {
-    for (int64_t c = 0; c < hd; c += 16) {
+    int64_t c = 0;
+    /* two chunks of 16 channels a pass: twice the independent chains (each channel's sum is still
+     * its own lane's, in key order), for an FMA latency that gh chains alone do not cover */
+    for (; c + 32 <= hd; c += 32) {
+        __m512 acc[GMAX], acc2[GMAX];
+        for (int64_t h = 0; h < gh; h++) acc[h] = acc2[h] = _mm512_setzero_ps();
+        for (int64_t s = 0; s < m; s++) {
+            const __m512 vv = kv_load16(vals, pos[s] * hd + c, f16), vv2 = kv_load16(vals, pos[s] * hd + c + 16, f16);
+            for (int64_t h = 0; h < gh; h++) {
+                const __m512 w = _mm512_set1_ps(sc[h * m8 + s]);
+                acc[h] = _mm512_fmadd_ps(w, vv, acc[h]);
+                acc2[h] = _mm512_fmadd_ps(w, vv2, acc2[h]);
+            }
+        }
+        for (int64_t h = 0; h < gh; h++) {
+            _mm512_storeu_ps(out + h * hd + c, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
+            _mm512_storeu_ps(out + h * hd + c + 16, _mm512_mul_ps(acc2[h], _mm512_set1_ps(inv[h])));
+        }
+    }
+    for (; c < hd; c += 16) {
         __m512 acc[GMAX];
         for (int64_t h = 0; h < gh; h++) acc[h] = _mm512_setzero_ps();
         for (int64_t s = 0; s < m; s++) {
@@ -142,6 +161,20 @@ GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const void *vals,
     switch (gh) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) default: CASE(8) }
 #undef CASE
 }
+/* the largest of m scores (NaN ignored), as `mx = row[s] > mx ? row[s] : mx` over them in order
+ * gives it, 8 lanes at a time: one scalar max a key and head was a chain of 4-cycle steps, ~7 ns
+ * of a key's ~65 at 6 heads (any -0 / +0 it returns instead subtracts to the same differences) */
+static inline float max_score(const float *row, int64_t m) {
+    __m256 v = _mm256_set1_ps(-INFINITY);
+    int64_t s = 0;
+    for (; s + 8 <= m; s += 8) v = _mm256_max_ps(_mm256_loadu_ps(row + s), v); /* (a NaN score: v kept) */
+    float lane[8], mx = -INFINITY;
+    _mm256_storeu_ps(lane, v);
+    for (int i = 0; i < 8; i++) mx = lane[i] > mx ? lane[i] : mx;
+    for (; s < m; s++) mx = row[s] > mx ? row[s] : mx;
+    return mx;
+}
+
 /* Attention of `gh` query heads (q: gh * hd floats, contiguous) that share one KV head, over the
  * m keys/values at cache rows pos[0..m-1]; out: gh * hd floats. Each head's numbers are the same
  * whatever the other heads, rows or threads: per (head, key) one 8-lane dot over hd then a
@@ -173,8 +206,7 @@ static inline __attribute__((always_inline)) void attend_n(
     const __m256 vm = _mm256_set1_ps((float)m), lanes = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
     for (int64_t h = 0; h < gh; h++) {
         float *row = sc + h * m8;
-        float mx = -INFINITY;
-        for (int64_t s = 0; s < m; s++) mx = row[s] > mx ? row[s] : mx;
+        const float mx = max_score(row, m);
         for (int64_t s = m; s < m8; s++) row[s] = mx; /* padding, masked to 0 below */
         const __m256 vmx = _mm256_set1_ps(mx);
         __m256 sum = _mm256_setzero_ps();
@@ -190,7 +222,25 @@ static inline __attribute__((always_inline)) void attend_n(
         weighted_values512(gh, hd, vals, pos, m, sc, m8, inv, out, f16);
         return;
     }
-    for (int64_t c = 0; c < hd; c += 8) {
+    int64_t c = 0;
+    if (gh <= 6) /* two chunks a pass, as values512_n (2 gh accumulators and 3 more within 16 registers) */
+        for (; c + 16 <= hd; c += 16) {
+            __m256 acc2[GMAX];
+            for (int64_t h = 0; h < gh; h++) acc[h] = acc2[h] = _mm256_setzero_ps();
+            for (int64_t s = 0; s < m; s++) {
+                const __m256 vv = kv_load8(vals, pos[s] * hd + c, f16), vv2 = kv_load8(vals, pos[s] * hd + c + 8, f16);
+                for (int64_t h = 0; h < gh; h++) {
+                    const __m256 w = _mm256_set1_ps(sc[h * m8 + s]);
+                    acc[h] = _mm256_fmadd_ps(w, vv, acc[h]);
+                    acc2[h] = _mm256_fmadd_ps(w, vv2, acc2[h]);
+                }
+            }
+            for (int64_t h = 0; h < gh; h++) {
+                _mm256_storeu_ps(out + h * hd + c, _mm256_mul_ps(acc[h], _mm256_set1_ps(inv[h])));
+                _mm256_storeu_ps(out + h * hd + c + 8, _mm256_mul_ps(acc2[h], _mm256_set1_ps(inv[h])));
+            }
+        }
+    for (; c < hd; c += 8) {
         for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_setzero_ps();
         for (int64_t s = 0; s < m; s++) {
             const __m256 vv = kv_load8(vals, pos[s] * hd + c, f16);
