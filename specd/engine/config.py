@@ -153,8 +153,12 @@ class EngineConfig:
                                        help="EAGLE drafts: added to the head's logit of every token among the "
                                             "sequence's last 256 (0: off); drafts only, the output is unchanged")
     # Session 30 (dev tasks, through the daemon): width 3 took 2 % fewer rounds and decoded level;
-    # a verified row is nearly free here only up to ~3 rows, when the host's memory is fast
-    head_width: int = setting(1, check=_positive,
+    # a verified row is nearly free here only up to ~3 rows, when the host's memory is fast.
+    # Session 40, after the repacked tiles' prefetches were spread (a verified row ~1-2 ms instead
+    # of 5-6 on the Ice Lake): on the dev race tasks width 2 decoded 0.90x the chain's ms a token
+    # per task (faster on 9 of 13), width 3 0.91x (7 of 13); K auto's branch gate still decides
+    # per round whether the sibling is verified
+    head_width: int = setting(2, check=_positive,
                               help="EAGLE and Medusa drafts: candidates at the first draft position, the "
                                    "head's first draft and up to N-1 of its next choices beside it (a token "
                                    "tree, as K auto's branch gate takes them); 1: a chain")
