@@ -118,37 +118,35 @@ static void kv_store(void *cache, int64_t at, const float *src, int64_t hd, int 
  * softmax's 1/sum, as in the 8-lane loop). For hd % 16 == 0, where gg_simd() runs AVX-512. The
  * values come back from L2 after the scores (the scores loop prefetched them), so this half of
  * attention is arithmetic: 1.5B at 600 tokens, two threads, ~60 -> ~50 us a layer and KV head. */
+/* channels c .. c + 16 C - 1 of the weighted sum (C = 1 or 2 chunks a pass, a compile-time
+ * constant): each channel's sum is its own lane's, in key order, whatever C */
+GG_T512 static inline __attribute__((always_inline)) void values512_at(
+        const int64_t gh, const int C, int64_t c, int64_t hd, const void *vals, const int64_t *pos, int64_t m,
+        const float *sc, int64_t m8, const float *inv, float *out, const int f16) {
+    __m512 acc[2][GMAX];
+    for (int u = 0; u < C; u++)
+        for (int64_t h = 0; h < gh; h++) acc[u][h] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < m; s++) {
+        __m512 vv[2];
+        for (int u = 0; u < C; u++) vv[u] = kv_load16(vals, pos[s] * hd + c + 16 * u, f16);
+        for (int64_t h = 0; h < gh; h++) {
+            const __m512 w = _mm512_set1_ps(sc[h * m8 + s]);
+            for (int u = 0; u < C; u++) acc[u][h] = _mm512_fmadd_ps(w, vv[u], acc[u][h]);
+        }
+    }
+    for (int64_t h = 0; h < gh; h++)
+        for (int u = 0; u < C; u++)
+            _mm512_storeu_ps(out + h * hd + c + 16 * u, _mm512_mul_ps(acc[u][h], _mm512_set1_ps(inv[h])));
+}
+
+/* two chunks of 16 channels a pass where they fit: twice the independent chains, for an FMA
+ * latency that gh chains alone do not cover */
 GG_T512 static inline __attribute__((always_inline)) void values512_n(
         const int64_t gh, int64_t hd, const void *vals, const int64_t *pos, int64_t m, const float *sc,
         int64_t m8, const float *inv, float *out, const int f16) {
     int64_t c = 0;
-    /* two chunks of 16 channels a pass: twice the independent chains (each channel's sum is still
-     * its own lane's, in key order), for an FMA latency that gh chains alone do not cover */
-    for (; c + 32 <= hd; c += 32) {
-        __m512 acc[GMAX], acc2[GMAX];
-        for (int64_t h = 0; h < gh; h++) acc[h] = acc2[h] = _mm512_setzero_ps();
-        for (int64_t s = 0; s < m; s++) {
-            const __m512 vv = kv_load16(vals, pos[s] * hd + c, f16), vv2 = kv_load16(vals, pos[s] * hd + c + 16, f16);
-            for (int64_t h = 0; h < gh; h++) {
-                const __m512 w = _mm512_set1_ps(sc[h * m8 + s]);
-                acc[h] = _mm512_fmadd_ps(w, vv, acc[h]);
-                acc2[h] = _mm512_fmadd_ps(w, vv2, acc2[h]);
-            }
-        }
-        for (int64_t h = 0; h < gh; h++) {
-            _mm512_storeu_ps(out + h * hd + c, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
-            _mm512_storeu_ps(out + h * hd + c + 16, _mm512_mul_ps(acc2[h], _mm512_set1_ps(inv[h])));
-        }
-    }
-    for (; c < hd; c += 16) {
-        __m512 acc[GMAX];
-        for (int64_t h = 0; h < gh; h++) acc[h] = _mm512_setzero_ps();
-        for (int64_t s = 0; s < m; s++) {
-            const __m512 vv = kv_load16(vals, pos[s] * hd + c, f16);
-            for (int64_t h = 0; h < gh; h++) acc[h] = _mm512_fmadd_ps(_mm512_set1_ps(sc[h * m8 + s]), vv, acc[h]);
-        }
-        for (int64_t h = 0; h < gh; h++) _mm512_storeu_ps(out + h * hd + c, _mm512_mul_ps(acc[h], _mm512_set1_ps(inv[h])));
-    }
+    for (; c + 32 <= hd; c += 32) values512_at(gh, 2, c, hd, vals, pos, m, sc, m8, inv, out, f16);
+    for (; c < hd; c += 16) values512_at(gh, 1, c, hd, vals, pos, m, sc, m8, inv, out, f16);
 }
 
 GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const void *vals, const int64_t *pos, int64_t m,
@@ -161,6 +159,26 @@ GG_T512 static void weighted_values512(int64_t gh, int64_t hd, const void *vals,
     switch (gh) { CASE(1) CASE(2) CASE(3) CASE(4) CASE(5) CASE(6) CASE(7) default: CASE(8) }
 #undef CASE
 }
+/* channels c .. c + 8 C - 1 of the weighted sum in 8 lanes (values512_at's loop at AVX2) */
+static inline __attribute__((always_inline)) void values8_at(
+        const int64_t gh, const int C, int64_t c, int64_t hd, const void *vals, const int64_t *pos, int64_t m,
+        const float *sc, int64_t m8, const float *inv, float *out, const int f16) {
+    __m256 acc[2][GMAX];
+    for (int u = 0; u < C; u++)
+        for (int64_t h = 0; h < gh; h++) acc[u][h] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < m; s++) {
+        __m256 vv[2];
+        for (int u = 0; u < C; u++) vv[u] = kv_load8(vals, pos[s] * hd + c + 8 * u, f16);
+        for (int64_t h = 0; h < gh; h++) {
+            const __m256 w = _mm256_set1_ps(sc[h * m8 + s]);
+            for (int u = 0; u < C; u++) acc[u][h] = _mm256_fmadd_ps(w, vv[u], acc[u][h]);
+        }
+    }
+    for (int64_t h = 0; h < gh; h++)
+        for (int u = 0; u < C; u++)
+            _mm256_storeu_ps(out + h * hd + c + 8 * u, _mm256_mul_ps(acc[u][h], _mm256_set1_ps(inv[h])));
+}
+
 /* the largest of m scores (NaN ignored), as `mx = row[s] > mx ? row[s] : mx` over them in order
  * gives it, 8 lanes at a time: one scalar max a key and head was a chain of 4-cycle steps, ~7 ns
  * of a key's ~65 at 6 heads (any -0 / +0 it returns instead subtracts to the same differences) */
@@ -224,30 +242,8 @@ static inline __attribute__((always_inline)) void attend_n(
     }
     int64_t c = 0;
     if (gh <= 6) /* two chunks a pass, as values512_n (2 gh accumulators and 3 more within 16 registers) */
-        for (; c + 16 <= hd; c += 16) {
-            __m256 acc2[GMAX];
-            for (int64_t h = 0; h < gh; h++) acc[h] = acc2[h] = _mm256_setzero_ps();
-            for (int64_t s = 0; s < m; s++) {
-                const __m256 vv = kv_load8(vals, pos[s] * hd + c, f16), vv2 = kv_load8(vals, pos[s] * hd + c + 8, f16);
-                for (int64_t h = 0; h < gh; h++) {
-                    const __m256 w = _mm256_set1_ps(sc[h * m8 + s]);
-                    acc[h] = _mm256_fmadd_ps(w, vv, acc[h]);
-                    acc2[h] = _mm256_fmadd_ps(w, vv2, acc2[h]);
-                }
-            }
-            for (int64_t h = 0; h < gh; h++) {
-                _mm256_storeu_ps(out + h * hd + c, _mm256_mul_ps(acc[h], _mm256_set1_ps(inv[h])));
-                _mm256_storeu_ps(out + h * hd + c + 8, _mm256_mul_ps(acc2[h], _mm256_set1_ps(inv[h])));
-            }
-        }
-    for (; c < hd; c += 8) {
-        for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_setzero_ps();
-        for (int64_t s = 0; s < m; s++) {
-            const __m256 vv = kv_load8(vals, pos[s] * hd + c, f16);
-            for (int64_t h = 0; h < gh; h++) acc[h] = _mm256_fmadd_ps(_mm256_set1_ps(sc[h * m8 + s]), vv, acc[h]);
-        }
-        for (int64_t h = 0; h < gh; h++) _mm256_storeu_ps(out + h * hd + c, _mm256_mul_ps(acc[h], _mm256_set1_ps(inv[h])));
-    }
+        for (; c + 16 <= hd; c += 16) values8_at(gh, 2, c, hd, vals, pos, m, sc, m8, inv, out, f16);
+    for (; c < hd; c += 8) values8_at(gh, 1, c, hd, vals, pos, m, sc, m8, inv, out, f16);
 }
 
 /* attend_n with the head count and the cache's element a compile-time constant, so the
