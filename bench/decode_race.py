@@ -29,7 +29,10 @@ mode NAME: a daemon with these extra ``specd serve`` flags (a setting raced agai
 target-only (a setting's effect on the target's own step, ``--target-variant t32="--kv-cache f32"``).
 With ``--cold N`` each task is first answered cold (N new tokens, the prompt never seen) by every
 daemon and llama-server, alternating, timed: the editor's first request in a file, where what a
-drafter costs at prefill (the draft model's own prompt pass) shows. Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
+drafter costs at prefill (the draft model's own prompt pass) shows. ``--isa-cap avx2`` holds both
+sides to AVX2 (specd's daemons under ``SPECD_GG_SIMD=avx2``, llama-server from the build of
+``python -m specd.bench.llamacpp_build --isa-cap avx2``): a stand-in for an AVX2-only machine,
+on a CPU that has more (what it cannot mimic: that machine's own bandwidth and cores). Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
 
     python bench/decode_race.py /tmp/race-test.jsonl --out bench/out/decode-race.json
@@ -48,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specd.bench.llamacpp_bin import LlamaServer, find_binaries
+from specd.bench.llamacpp_bin import ISA_CAPS, LlamaServer, find_binaries
 from specd.bench.machine import machine_info
 from specd.daemon.client import Client
 from specd.models.pull import gguf_path
@@ -119,6 +122,9 @@ def main() -> int:
                          '`specd serve` flags')
     ap.add_argument("--target-variant", action="append", default=[],
                     help='NAME="FLAGS", as --variant, its requests target-only')
+    ap.add_argument("--isa-cap", choices=ISA_CAPS, default=None,
+                    help="both sides held to this instruction set: specd's daemons under SPECD_GG_SIMD, "
+                         "llama-server from the build of `python -m specd.bench.llamacpp_build --isa-cap`")
     ap.add_argument("specd_args", nargs="*", help="extra `specd serve` flags (after --)")
     args = ap.parse_args()
     modes = [m for m in args.modes.split(",") if m]
@@ -145,14 +151,17 @@ def main() -> int:
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
+    if args.isa_cap:  # the daemons inherit it (and key their cost curves by it)
+        os.environ["SPECD_GG_SIMD"] = args.isa_cap
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
     daemons = {"spec": specd, "target": specd}
     for m, flags in extra_modes.items():
         daemons[m] = Specd(["--threads", str(args.threads), *args.specd_args, *flags])
     extra = [daemons[d] for d in extra_modes]
-    bins = find_binaries()
+    bins = find_binaries(isa_cap=args.isa_cap)
     if "llama" in modes and bins is None:
-        raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build")
+        raise SystemExit("no llama-server built: python -m specd.bench.llamacpp_build"
+                         + (f" --isa-cap {args.isa_cap}" if args.isa_cap else ""))
     llama = LlamaServer(bins, model, args.threads).start() if "llama" in modes else None
     raw: list[dict] = []
     try:
@@ -209,7 +218,8 @@ def main() -> int:
         if llama is not None:
             llama.stop()
     counted = [r for r in raw if r["counted"]]
-    summary: dict = {"machine": machine_info(), "threads": args.threads,
+    summary: dict = {"machine": machine_info(), "threads": args.threads, "isa_cap": args.isa_cap,
+                     "llama_cmake_flags": bins.info.get("cmake_flags") if bins is not None else None,
                      "command": " ".join(sys.argv), "tasks": len(raw), "counted": len(counted), "modes": {}}
     for m in modes:
         v = sorted(r[f"{m}_ms_per_token"] for r in counted)

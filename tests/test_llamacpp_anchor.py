@@ -341,3 +341,22 @@ def test_an_amx_cpu_gets_every_instruction_set_but_amx() -> None:
     assert "-DGGML_NATIVE=OFF" in flags and "-DGGML_AVX512=ON" in flags and "-DGGML_AVX512_VNNI=ON" in flags
     assert "-DGGML_AVX512_BF16=OFF" in flags and "-DGGML_AVX_VNNI=OFF" in flags
     assert {"-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"} <= set(flags)
+
+
+def test_an_isa_capped_build_names_only_that_level_and_has_a_folder_of_its_own(cache) -> None:
+    """--isa-cap avx2 stands in for an AVX2-only machine: no AVX-512 (nor AMX, nor AVX-VNNI) in the
+    build whatever the CPU has, and the build lives beside the native one, not over it."""
+    cpu = {"avx", "avx2", "fma", "f16c", "bmi2", "avx512f", "avx512vbmi", "avx512_vnni", "avx_vnni", "amx_tile"}
+    flags = llamacpp_build.isa_flags(cpu, "avx2")
+    assert "-DGGML_NATIVE=OFF" in flags
+    assert {"-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"} <= set(flags)
+    assert {"-DGGML_AVX512=OFF", "-DGGML_AVX512_VBMI=OFF", "-DGGML_AVX512_VNNI=OFF", "-DGGML_AVX_VNNI=OFF",
+            "-DGGML_AMX_TILE=OFF"} <= set(flags)
+    assert llamacpp_build.isa_flags({"avx", "fma"}, "avx2").count("-DGGML_AVX2=OFF") == 1  # never more than the CPU has
+    native, capped = llamacpp_bin.anchor_dir(), llamacpp_bin.anchor_dir(isa_cap="avx2")
+    assert capped != native and capped.parent == native.parent and capped.name.startswith(native.name)
+    for name in llamacpp_bin.BINARIES:
+        _executable(capped / "bin" / name)
+    assert find_binaries() is None and find_binaries(isa_cap="avx2").root == capped
+    with pytest.raises(ValueError):
+        llamacpp_bin.anchor_dir(isa_cap="sse2")

@@ -51,8 +51,16 @@ def anchors_root() -> Path:
     return cache_root() / "anchors"
 
 
-def anchor_dir(version: str = SDIST_VERSION) -> Path:
-    return anchors_root() / f"llama.cpp-{version}-{cpu_flags_hash()}"
+# instruction-set caps a build can take below the machine's own (``llamacpp_build --isa-cap``), to
+# stand in for a smaller machine beside specd capped alike (``SPECD_GG_SIMD``)
+ISA_CAPS = ("avx2",)
+
+
+def anchor_dir(version: str = SDIST_VERSION, isa_cap: str | None = None) -> Path:
+    """The build for this CPU's flags, or, with ``isa_cap``, the one limited to that instruction set."""
+    if isa_cap is not None and isa_cap not in ISA_CAPS:
+        raise ValueError(f"isa_cap: {isa_cap!r} is not one of {', '.join(ISA_CAPS)}")
+    return anchors_root() / f"llama.cpp-{version}-{cpu_flags_hash()}{'-' + isa_cap if isa_cap else ''}"
 
 
 @dataclass(frozen=True)
@@ -75,15 +83,17 @@ class LlamaCppBinaries:
         return env
 
 
-def find_binaries(version: str = SDIST_VERSION, root: Path | None = None) -> LlamaCppBinaries | None:
-    """The cached build for this machine's CPU flags, or None when it is absent or incomplete.
+def find_binaries(version: str = SDIST_VERSION, root: Path | None = None,
+                  isa_cap: str | None = None) -> LlamaCppBinaries | None:
+    """The cached build for this machine's CPU flags (limited to ``isa_cap`` where given), or None when
+    it is absent or incomplete.
 
     ``$SPECD_LLAMACPP_BIN`` (a folder holding llama-server and llama-bench) overrides the cache."""
     if root is None and os.environ.get("SPECD_LLAMACPP_BIN"):
         bin_dir = Path(os.environ["SPECD_LLAMACPP_BIN"])
         root = bin_dir.parent
     else:
-        root = Path(root) if root is not None else anchor_dir(version)
+        root = Path(root) if root is not None else anchor_dir(version, isa_cap)
         bin_dir = root / "bin"
     paths = {name: bin_dir / name for name in BINARIES + OPTIONAL_BINARIES}
     if not all(paths[n].is_file() and os.access(paths[n], os.X_OK) for n in BINARIES):

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from specd.bench.llamacpp_bin import (BINARIES, SDIST_VERSION, anchor_dir, anchors_root, cpu_flags_hash,
+from specd.bench.llamacpp_bin import (BINARIES, ISA_CAPS, SDIST_VERSION, anchor_dir, anchors_root, cpu_flags_hash,
                                       find_binaries)
 
 CMAKE_FLAGS = (
@@ -84,12 +84,20 @@ _GGML_ISA = (("avx", "GGML_AVX"), ("avx2", "GGML_AVX2"), ("fma", "GGML_FMA"), ("
              ("avx512_bf16", "GGML_AVX512_BF16"))
 
 
-def isa_flags(cpu_flags: set[str]) -> list[str]:
+# what an ``--isa-cap`` build may use (of what the CPU has): AVX2 is a Haswell-class machine
+_ISA_CAP_FLAGS = {"avx2": {"avx", "avx2", "fma", "f16c", "bmi2"}}
+
+
+def isa_flags(cpu_flags: set[str], isa_cap: str | None = None) -> list[str]:
     """``-DGGML_NATIVE=ON``, except on a CPU with AMX: there the build names every instruction set
     the CPU has but AMX, because ggml's AMX matmul segfaults while loading a model on such a machine
     (seen 2026-12-01 on an Intel Xeon VM: ``ggml_backend_amx_mul_mat``, llama.cpp of
-    llama-cpp-python 0.3.36); ``-march=native`` would turn it on whatever the AMX options say."""
-    if "amx_tile" not in cpu_flags:
+    llama-cpp-python 0.3.36); ``-march=native`` would turn it on whatever the AMX options say.
+    With ``isa_cap`` (``avx2``) it names only the sets of that level the CPU has: a build that runs
+    as it would on a smaller machine, beside specd capped alike (``SPECD_GG_SIMD=avx2``)."""
+    if isa_cap is not None:
+        cpu_flags = cpu_flags & _ISA_CAP_FLAGS[isa_cap]
+    elif "amx_tile" not in cpu_flags:
         return ["-DGGML_NATIVE=ON"]
     flags = ["-DGGML_NATIVE=OFF"]
     flags += [f"-D{opt}={'ON' if flag in cpu_flags else 'OFF'}" for flag, opt in _GGML_ISA]
@@ -145,21 +153,21 @@ def server_version(binary: Path) -> str:
 
 
 def build(version: str = SDIST_VERSION, jobs: int = 2, with_cli: bool = True, sdist: Path | None = None,
-          keep_tmp: bool = False, force: bool = False) -> Path:
-    target = anchor_dir(version)
-    if not force and find_binaries(version) is not None:
+          keep_tmp: bool = False, force: bool = False, isa_cap: str | None = None) -> Path:
+    target = anchor_dir(version, isa_cap)
+    if not force and find_binaries(version, isa_cap=isa_cap) is not None:
         log(f"already built: {target}/bin (delete it or pass --force to rebuild)")
         return target
     anchors_root().mkdir(parents=True, exist_ok=True)
     lock = open(anchors_root() / ".build.lock", "w")
     fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time; a second waits, then finds the first's
     try:
-        if not force and find_binaries(version) is not None:
+        if not force and find_binaries(version, isa_cap=isa_cap) is not None:
             log(f"already built: {target}/bin")
             return target
         tmp = Path(tempfile.mkdtemp(prefix="specd-llamacpp-"))
         try:
-            return _build(version, jobs, with_cli, sdist, tmp, target)
+            return _build(version, jobs, with_cli, sdist, tmp, target, isa_cap)
         finally:
             if keep_tmp:
                 log(f"kept {tmp}")
@@ -169,14 +177,15 @@ def build(version: str = SDIST_VERSION, jobs: int = 2, with_cli: bool = True, sd
         lock.close()
 
 
-def _build(version: str, jobs: int, with_cli: bool, sdist: Path | None, tmp: Path, target: Path) -> Path:
+def _build(version: str, jobs: int, with_cli: bool, sdist: Path | None, tmp: Path, target: Path,
+           isa_cap: str | None) -> Path:
     t0 = time.time()
     sdist = Path(sdist) if sdist else download_sdist(version, tmp)
     digest = sha256(sdist)
     log(f"sdist {sdist.name} sha256 {digest}")
     src = unpack_llama_cpp(sdist, tmp / "src")
     build_dir = tmp / "build"
-    flags = supported_flags(src, CMAKE_FLAGS) + isa_flags(cpu_flags())
+    flags = supported_flags(src, CMAKE_FLAGS) + isa_flags(cpu_flags(), isa_cap)
     generator = ["-G", "Ninja"] if shutil.which("ninja") else []
     configure = ["cmake", "-S", str(src), "-B", str(build_dir), *generator, *flags]
     log(" ".join(configure))
@@ -213,6 +222,7 @@ def _build(version: str, jobs: int, with_cli: bool, sdist: Path | None, tmp: Pat
         "jobs": jobs,
         "files": copied,
         "cpu_flags_hash": cpu_flags_hash(),
+        "isa_cap": isa_cap,
         "machine": platform.machine(),
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "compile_s": round(compile_s, 1),
@@ -238,11 +248,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="rebuild even when the binaries are present")
     p.add_argument("--keep-tmp", action="store_true", help="keep the unpacked tree and build folder")
     p.add_argument("--print-dir", action="store_true", help="print where the binaries go and exit")
+    p.add_argument("--isa-cap", choices=ISA_CAPS, default=None,
+                   help="build for this instruction set only (of what the CPU has), into a folder of its own: "
+                        "a stand-in for a smaller machine, raced against specd under SPECD_GG_SIMD=avx2")
     args = p.parse_args(argv)
     if args.print_dir:
-        print(anchor_dir(args.version) / "bin")
+        print(anchor_dir(args.version, args.isa_cap) / "bin")
         return 0
-    build(args.version, args.jobs, args.with_cli, args.sdist, args.keep_tmp, args.force)
+    build(args.version, args.jobs, args.with_cli, args.sdist, args.keep_tmp, args.force, args.isa_cap)
     return 0
 
 
