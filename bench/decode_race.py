@@ -30,7 +30,8 @@ target-only (a setting's effect on the target's own step, ``--target-variant t32
 With ``--cold N`` each task is first answered cold (N new tokens, the prompt never seen) by every
 daemon and llama-server, alternating, timed: the editor's first request in a file, where what a
 drafter costs at prefill (the draft model's own prompt pass) shows. ``--isa-cap avx2`` holds both
-sides to AVX2 (specd's daemons under ``SPECD_GG_SIMD=avx2``, llama-server from the build of
+sides to AVX2 (specd's daemons under ``SPECD_GG_SIMD=avx2``, torch's ``ATEN_CPU_CAPABILITY`` and
+oneDNN's ``DNNL_MAX_CPU_ISA`` alike, llama-server from the build of
 ``python -m specd.bench.llamacpp_build --isa-cap avx2``): a stand-in for an AVX2-only machine,
 on a CPU that has more (what it cannot mimic: that machine's own bandwidth and cores). Reported: per-task values and, per mode, the median, p10 and p90 (machine noise), and the ratios
 of medians the issue's goals name. Run it alone on the machine (no other heavy job):
@@ -151,8 +152,9 @@ def main() -> int:
     tasks = [json.loads(line) for line in args.tasks.read_text().splitlines() if line.strip()]
     tasks = tasks[: args.count] if args.count else tasks
     model = gguf_path(PUBLISHED[DEFAULT_TARGET])
-    if args.isa_cap:  # the daemons inherit it (and key their cost curves by it)
-        os.environ["SPECD_GG_SIMD"] = args.isa_cap
+    if args.isa_cap:  # the daemons inherit these (specd's kernels key their cost curves by the first)
+        os.environ |= {"SPECD_GG_SIMD": args.isa_cap, "ATEN_CPU_CAPABILITY": args.isa_cap,
+                       "DNNL_MAX_CPU_ISA": args.isa_cap.upper()}  # torch's own ops and oneDNN alike
     specd = Specd(["--threads", str(args.threads), *args.specd_args])
     daemons = {"spec": specd, "target": specd}
     for m, flags in extra_modes.items():
