@@ -423,7 +423,7 @@ GG_T512 static void x16_q4_0_run512(int R, const uint8_t *wg, int64_t nb, const 
 
 /* ---------------------------------------------------------------------------------------- */
 /* AVX2 over the repacked K-quants: each group of 16 columns as two halves of 8 (int32 lane c of  */
-/* a 256-bit vector is column 8 hf + c), tiles of up to 4 rows. Without VNNI the products go     */
+/* a 256-bit vector is column 8 hf + c), tiles of up to 5 rows. Without VNNI the products go     */
 /* through vpmaddubsw's int16 pairs, summed in int16 while they cannot overflow (Q4_K: a         */
 /* sub-block's 8 groups, |.| <= 8 * 2 * 15 * 127; Q6_K: two groups, <= 2 * 2 * 63 * 127), then   */
 /* vpmaddwd by the column's scale twice ((sc, sc) per int32 lane): exact integers, so the same   */
@@ -446,18 +446,18 @@ static inline __m256i scale_pairs_s8(const uint8_t *p) {
     return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
-/* Q4_K_X16, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= 4); out[16 j + c] as x16_q4_K */
+/* Q4_K_X16, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= 5); out[16 j + c] as x16_q4_K */
 static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
                                                                 const block_q8_K *const *xr,
                                                                 const int16_t *const *bs, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
-        __m256i isum[4];
+        __m256i isum[5];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
             if (hf == 0) prefetch_ahead_part(w, X16_Q4_K_BYTES, s, 8);
-            __m256i s16[4];
+            __m256i s16[5];
             for (int j = 0; j < R; j++) s16[j] = _mm256_setzero_si256();
             for (int h = 0; h < 4; h++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 64 * (4 * s + h) + 32 * hf));
@@ -499,7 +499,7 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
     const __m256i m4 = _mm256_set1_epi8(0xF), m3f = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
-        __m256i isum[4];
+        __m256i isum[5];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 16; s++) {
             if (hf == 0) prefetch_ahead_part(w, X16_Q6_K_BYTES, s, 16);
@@ -521,7 +521,7 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
                 isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(a, sc), _mm256_madd_epi16(b, sc)));
             }
         }
-        __m256i off[4];
+        __m256i off[5];
         for (int j = 0; j < R; j++) off[j] = _mm256_setzero_si256();
         for (int p = 0; p < 8; p++) {
             const __m128i a = _mm_loadl_epi64((const __m128i *)(w + X16_Q6_K_SC + 32 * p + 8 * hf));
@@ -552,10 +552,13 @@ static inline __attribute__((always_inline)) void x16_tile_avx2(int type, const 
     }
 }
 
-/* one tile of R rows (R <= 4) against one group of 16 columns, AVX2 */
+/* one tile of R rows (R <= 5: 2 R accumulators and the unpacked weights fill the 16 registers;
+ * five verified rows as one tile unpack the weights once, not as 3 + 2) against one group of 16
+ * columns, AVX2 */
 static void x16_run_avx2(int type, int R, const uint8_t *wg, int64_t nsb, const block_q8_K *const *x,
                          const int16_t *const *b, float *out) {
     switch (R) {
+    case 5: x16_tile_avx2(type, 5, wg, nsb, x, b, out); break;
     case 4: x16_tile_avx2(type, 4, wg, nsb, x, b, out); break;
     case 3: x16_tile_avx2(type, 3, wg, nsb, x, b, out); break;
     case 2: x16_tile_avx2(type, 2, wg, nsb, x, b, out); break;
@@ -640,7 +643,7 @@ static void gemm_x16_q4_0(const uint8_t *w, int64_t k, const uint8_t *act, int64
 }
 
 /* output columns o0 .. o1 - 1 (multiples of 16) of all n rows over a repacked type: per block of
- * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (AVX-512) or 4
+ * up to ROW_BLOCK rows, each group of 16 columns against tiles of up to 8 rows (AVX-512) or 5
  * (AVX2), as even as possible, while the group's weights stay in cache */
 static void gemm_x16(int type, const uint8_t *w, int64_t k, const uint8_t *act, int64_t n, float *y, int64_t ldy,
                      int64_t o0, int64_t o1, int level) {
@@ -648,7 +651,7 @@ static void gemm_x16(int type, const uint8_t *w, int64_t k, const uint8_t *act, 
         gemm_x16_q4_0(w, k, act, n, y, ldy, o0, o1, level);
         return;
     }
-    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type), most = level >= GG_LEVEL_AVX512 ? 8 : 4;
+    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type), most = level >= GG_LEVEL_AVX512 ? 8 : 5;
     const int q4k = base_type(type) == GG_Q4_K;
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
         const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
