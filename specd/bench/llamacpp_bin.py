@@ -52,8 +52,9 @@ def anchors_root() -> Path:
 
 
 # instruction-set caps a build can take below the machine's own (``llamacpp_build --isa-cap``), to
-# stand in for a smaller machine beside specd capped alike (``SPECD_GG_SIMD``)
-ISA_CAPS = ("avx2",)
+# stand in for a smaller machine beside specd capped alike (``SPECD_GG_SIMD``): per cap, the CPU
+# flags such a build may use (of those the CPU has); AVX2 is a Haswell-class machine
+ISA_CAPS = {"avx2": frozenset({"avx", "avx2", "fma", "f16c", "bmi2"})}
 
 
 def anchor_dir(version: str = SDIST_VERSION, isa_cap: str | None = None) -> Path:

@@ -84,10 +84,6 @@ _GGML_ISA = (("avx", "GGML_AVX"), ("avx2", "GGML_AVX2"), ("fma", "GGML_FMA"), ("
              ("avx512_bf16", "GGML_AVX512_BF16"))
 
 
-# what an ``--isa-cap`` build may use (of what the CPU has): AVX2 is a Haswell-class machine
-_ISA_CAP_FLAGS = {"avx2": {"avx", "avx2", "fma", "f16c", "bmi2"}}
-
-
 def isa_flags(cpu_flags: set[str], isa_cap: str | None = None) -> list[str]:
     """``-DGGML_NATIVE=ON``, except on a CPU with AMX: there the build names every instruction set
     the CPU has but AMX, because ggml's AMX matmul segfaults while loading a model on such a machine
@@ -96,7 +92,7 @@ def isa_flags(cpu_flags: set[str], isa_cap: str | None = None) -> list[str]:
     With ``isa_cap`` (``avx2``) it names only the sets of that level the CPU has: a build that runs
     as it would on a smaller machine, beside specd capped alike (``SPECD_GG_SIMD=avx2``)."""
     if isa_cap is not None:
-        cpu_flags = cpu_flags & _ISA_CAP_FLAGS[isa_cap]
+        cpu_flags = cpu_flags & ISA_CAPS[isa_cap]
     elif "amx_tile" not in cpu_flags:
         return ["-DGGML_NATIVE=ON"]
     flags = ["-DGGML_NATIVE=OFF"]
