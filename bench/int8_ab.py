@@ -20,21 +20,12 @@ import torch
 from gguf import GGMLQuantizationType
 
 from specd.models.gguf_linear import GgufLinear
-from specd.models.int_linear import QK, Q8Linear, scale_bytes
+from specd.models.int_linear import Q8Linear, q8_0_blocks
 
 Q8_0 = int(GGMLQuantizationType.Q8_0)
 # the shipped head (models/data/heads/qwen2.5-coder-1.5b.safetensors): [out, in] as the draft step runs them
 SHAPES = {"fc": (1536, 3072), "qkv": (2048, 1536), "o": (1536, 1536), "gate_up": (6144, 1536),
           "down": (1536, 3072), "head": (12288, 1536)}
-
-
-def q8_0_blocks(packed: torch.Tensor, k: int) -> torch.Tensor:
-    """GGUF Q8_0 rows ``[N, K/32 * 34]`` of an INT8-packed weight: per block its fp16 scale, then
-    its 32 int8 (``Q8Linear`` keeps a row's scales ahead of its blocks)."""
-    n, nb = packed.shape[0], k // QK
-    d = packed[:, : nb * 2].reshape(n, nb, 2)
-    q = packed[:, scale_bytes(k):].reshape(n, nb, QK)
-    return torch.cat([d, q], dim=2).reshape(n, nb * (2 + QK)).contiguous()
 
 
 def main() -> int:
@@ -70,8 +61,7 @@ def main() -> int:
             print(f"rows {rows} {name:8s} {mb:5.1f} MB " + "  ".join(
                 f"{p} {per[name][p]['median_ms']:.3f} ms ({per[name][p]['gb_s']} GB/s)" for p in paths)
                 + f"  rel diff {diff:.1e}", flush=True)
-        per["total_ms"] = {p: round(sum(v[p]["median_ms"] for v in per.values() if isinstance(v, dict) and p in v), 3)
-                           for p in ("int8", "q8_0")}
+        per["total_ms"] = {p: round(sum(v[p]["median_ms"] for v in per.values()), 3) for p in paths}
         out["rows"][rows] = per
         print(f"rows {rows} total " + ", ".join(f"{p} {v} ms" for p, v in per["total_ms"].items()), flush=True)
     print(json.dumps(out))

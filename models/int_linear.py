@@ -213,14 +213,26 @@ class Q8Linear(_BlockLinear):
                                   y.data_ptr(), xq.data_ptr(), xd.data_ptr())
 
 
+def _gguf_rows(packed: torch.Tensor, k: int, code_bytes: int) -> torch.Tensor:
+    """A packed weight's rows as GGUF blocks: per block its fp16 scale, then its ``code_bytes``
+    bytes of codes (a packed row keeps all its scales ahead of all its blocks)."""
+    n, nb = packed.shape[0], k // QK
+    d = packed[:, : nb * 2].reshape(n, nb, 2)
+    codes = packed[:, scale_bytes(k):].reshape(n, nb, code_bytes)
+    return torch.cat([d, codes], dim=2).reshape(n, nb * (2 + code_bytes)).contiguous()
+
+
 def q4_0_blocks(packed: torch.Tensor, k: int) -> torch.Tensor:
     """The GGUF Q4_0 rows ``[N, K/32 * 18]`` holding exactly the numbers of an INT4-packed weight
     (``pack4``): per block its fp16 ``d`` and the same 16 bytes of codes (ggml's block_q4_0, whose
     ``w = d (q - 8)`` and nibble order ``pack4`` already follows); only the row layout differs."""
-    n, nb = packed.shape[0], k // QK
-    d = packed[:, : nb * 2].reshape(n, nb, 2)
-    codes = packed[:, scale_bytes(k):].reshape(n, nb, 16)
-    return torch.cat([d, codes], dim=2).reshape(n, nb * 18).contiguous()
+    return _gguf_rows(packed, k, QK // 2)
+
+
+def q8_0_blocks(packed: torch.Tensor, k: int) -> torch.Tensor:
+    """The GGUF Q8_0 rows ``[N, K/32 * 34]`` holding exactly the numbers of an INT8-packed weight
+    (``pack``): per block its fp16 scale and its 32 int8 (ggml's block_q8_0)."""
+    return _gguf_rows(packed, k, QK)
 
 
 class Q4Linear(GgufLinear):
