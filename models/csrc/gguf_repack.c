@@ -429,6 +429,10 @@ GG_T512 static void x16_q4_0_run512(int R, const uint8_t *wg, int64_t nb, const 
 /* vpmaddwd by the column's scale twice ((sc, sc) per int32 lane): exact integers, so the same   */
 /* bits as the reference.                                                                       */
 
+/* rows in an AVX2 K-quant tile: 2 accumulators a row and the unpacked weights fill the 16 vector
+ * registers, and five verified rows run as one tile, their weights unpacked once (not 3 + 2) */
+#define X16_AVX2_ROWS 5
+
 /* the 4 int8 codes at q as one int32, broadcast to 8 lanes */
 static inline __m256i bcast4_256(const int8_t *q) {
     int32_t v;
@@ -446,18 +450,18 @@ static inline __m256i scale_pairs_s8(const uint8_t *p) {
     return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
-/* Q4_K_X16, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= 5); out[16 j + c] as x16_q4_K */
+/* Q4_K_X16, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= X16_AVX2_ROWS); out[16 j + c] as x16_q4_K */
 static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
                                                                 const block_q8_K *const *xr,
                                                                 const int16_t *const *bs, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
-        __m256i isum[5];
+        __m256i isum[X16_AVX2_ROWS];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
             if (hf == 0) prefetch_ahead_part(w, X16_Q4_K_BYTES, s, 8);
-            __m256i s16[5];
+            __m256i s16[X16_AVX2_ROWS];
             for (int j = 0; j < R; j++) s16[j] = _mm256_setzero_si256();
             for (int h = 0; h < 4; h++) {
                 const __m256i v = _mm256_loadu_si256((const __m256i *)(w + 64 * (4 * s + h) + 32 * hf));
@@ -499,7 +503,7 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
     const __m256i m4 = _mm256_set1_epi8(0xF), m3f = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
     for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
     for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
-        __m256i isum[5];
+        __m256i isum[X16_AVX2_ROWS];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 16; s++) {
             if (hf == 0) prefetch_ahead_part(w, X16_Q6_K_BYTES, s, 16);
@@ -521,7 +525,7 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
                 isum[j] = _mm256_add_epi32(isum[j], _mm256_add_epi32(_mm256_madd_epi16(a, sc), _mm256_madd_epi16(b, sc)));
             }
         }
-        __m256i off[5];
+        __m256i off[X16_AVX2_ROWS];
         for (int j = 0; j < R; j++) off[j] = _mm256_setzero_si256();
         for (int p = 0; p < 8; p++) {
             const __m128i a = _mm_loadl_epi64((const __m128i *)(w + X16_Q6_K_SC + 32 * p + 8 * hf));
@@ -552,9 +556,7 @@ static inline __attribute__((always_inline)) void x16_tile_avx2(int type, const 
     }
 }
 
-/* one tile of R rows (R <= 5: 2 R accumulators and the unpacked weights fill the 16 registers;
- * five verified rows as one tile unpack the weights once, not as 3 + 2) against one group of 16
- * columns, AVX2 */
+/* one tile of R rows (R <= X16_AVX2_ROWS) against one group of 16 columns, AVX2 */
 static void x16_run_avx2(int type, int R, const uint8_t *wg, int64_t nsb, const block_q8_K *const *x,
                          const int16_t *const *b, float *out) {
     switch (R) {
@@ -651,7 +653,7 @@ static void gemm_x16(int type, const uint8_t *w, int64_t k, const uint8_t *act, 
         gemm_x16_q4_0(w, k, act, n, y, ldy, o0, o1, level);
         return;
     }
-    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type), most = level >= GG_LEVEL_AVX512 ? 8 : 5;
+    const int64_t nsb = k / QK_K, gbytes = nsb * x16_bytes(type), most = level >= GG_LEVEL_AVX512 ? 8 : X16_AVX2_ROWS;
     const int q4k = base_type(type) == GG_Q4_K;
     for (int64_t b0 = 0; b0 < n; b0 += ROW_BLOCK) {
         const int64_t b1 = b0 + ROW_BLOCK < n ? b0 + ROW_BLOCK : n, rows = b1 - b0;
