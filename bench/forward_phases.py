@@ -5,9 +5,12 @@ back), the n order alternating, medians of --rounds after two warm-up rounds. Pe
 time and the kernels' phases (specd.models.profile: linears, attention, the rest of the layers,
 the output head, the team's wait). To compare two builds, run it alternately from two checkouts,
 each with its own built extension; to compare KV cache elements, name them all (--kv-cache
-f16,f32: one model, a cache each, taking turns). Run it alone on the machine:
+f16,f32: one model, a cache each, taking turns); to compare the kernels' SIMD levels, name them
+(--simd avx2,avx512: the same weights and cache, the level switched before each forward, taking
+turns in every round). Run it alone on the machine:
 
     python bench/forward_phases.py target --sizes 1,2,4,6
+    python bench/forward_phases.py target --sizes 1,5 --simd avx2,avx512
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from contextlib import nullcontext
 
 import torch
 
@@ -23,6 +27,7 @@ from specd.engine.config import EngineConfig
 from specd.engine.timeline import model_phases
 from specd.models.decoder import Decoder
 from specd.models.fused_layers import FusedLayers
+from specd.models.gguf_linear import SIMD_LEVELS, simd_level, simd_levels
 from specd.models.kv_cache import KVCache, kv_dtype
 from specd.models.modes import DEFAULT_KV_CACHE, KV_CACHES
 from specd.models.profile import PhaseClock
@@ -40,10 +45,17 @@ def main() -> int:
     ap.add_argument("--kv-cache", default=DEFAULT_KV_CACHE,
                     help=f"the KV cache's element (engine.kv_cache: {', '.join(KV_CACHES)}), or several, comma "
                          f"separated: the same weights with one cache each, taking turns in every round")
+    ap.add_argument("--simd", default="",
+                    help=f"the kernels' SIMD levels to take turns at ({', '.join(SIMD_LEVELS.values())}), comma "
+                         f"separated; default: the level they run (the best, or SPECD_GG_SIMD's cap)")
     args = ap.parse_args()
     kinds = args.kv_cache.split(",")
     if not kinds or any(k not in KV_CACHES for k in kinds):
         ap.error(f"--kv-cache: one or more of {', '.join(KV_CACHES)}, got {args.kv_cache!r}")
+    by_name = {name: level for level, name in SIMD_LEVELS.items()}
+    levels = [by_name.get(name, -2) for name in args.simd.split(",")] if args.simd else [-1]
+    if any(level == -2 for level in levels):
+        ap.error(f"--simd: one or more of {', '.join(SIMD_LEVELS.values())}, got {args.simd!r}")
     torch.set_num_threads(args.threads)
     config = EngineConfig(kv_cache=kinds[0])
     model = (load_target if args.role == "target" else load_draft)(config).model  # as the daemon loads it
@@ -53,28 +65,35 @@ def main() -> int:
     for fused, cache in variants.values():
         model.fused, model.cache = fused, cache
         model.forward(torch.arange(1000, 1000 + args.context))
-    runs: dict[tuple[str, int], list[dict[str, float]]] = {(k, n): [] for k in kinds for n in sizes}
+    if levels != [-1]:
+        got = simd_levels()
+        if any(level not in got for level in levels):
+            ap.error(f"--simd: this CPU and build run {', '.join(SIMD_LEVELS[v] for v in got)}")
+    turns = [(kind, level) for kind in kinds for level in levels]  # what takes turns in a round
+    names = {t: f"kv {t[0]}" + (f" {SIMD_LEVELS[t[1]]}" if t[1] >= 0 else "") for t in turns}
+    runs: dict[tuple[tuple[str, int], int], list[dict[str, float]]] = {(t, n): [] for t in turns for n in sizes}
     for rnd in range(args.rounds + 2):
         for n in sizes if rnd % 2 else sizes[::-1]:
-            for kind in kinds if rnd % 2 else kinds[::-1]:
-                model.fused, model.cache = variants[kind]
-                clock = PhaseClock()
-                model.profile(clock)
-                t0 = time.perf_counter()
-                model.forward(torch.arange(5, 5 + n))
-                wall = (time.perf_counter() - t0) * 1e3
-                model.profile(None)
+            for turn in turns if rnd % 2 else turns[::-1]:
+                model.fused, model.cache = variants[turn[0]]
+                with simd_level(turn[1]) if turn[1] >= 0 else nullcontext():
+                    clock = PhaseClock()
+                    model.profile(clock)
+                    t0 = time.perf_counter()
+                    model.forward(torch.arange(5, 5 + n))
+                    wall = (time.perf_counter() - t0) * 1e3
+                    model.profile(None)
                 model.rollback(args.context)
                 if rnd >= 2:
-                    runs[kind, n].append({"wall": wall, **model_phases(clock.take())})
+                    runs[turn, n].append({"wall": wall, **model_phases(clock.take())})
     for n in sizes:
-        for kind in kinds:
-            med = {k: statistics.median(r.get(k, 0.0) for r in runs[kind, n]) for k in ("wall", *SHOWN)}
-            print(f"n={n} kv {kind}: forward {med['wall']:.2f} ms  " + "  ".join(f"{k} {med[k]:.2f}" for k in SHOWN),
-                  flush=True)
-        for kind in kinds[1:]:  # per round, against the first kind (the two ran side by side)
-            ratio = [a["wall"] / b["wall"] for a, b in zip(runs[kind, n], runs[kinds[0], n])]
-            print(f"n={n}: forward kv {kind} / kv {kinds[0]}, median over rounds {statistics.median(ratio):.3f}")
+        for turn in turns:
+            med = {k: statistics.median(r.get(k, 0.0) for r in runs[turn, n]) for k in ("wall", *SHOWN)}
+            print(f"n={n} {names[turn]}: forward {med['wall']:.2f} ms  "
+                  + "  ".join(f"{k} {med[k]:.2f}" for k in SHOWN), flush=True)
+        for turn in turns[1:]:  # per round, against the first (the two ran side by side)
+            ratio = [a["wall"] / b["wall"] for a, b in zip(runs[turn, n], runs[turns[0], n])]
+            print(f"n={n}: forward {names[turn]} / {names[turns[0]]}, median over rounds {statistics.median(ratio):.3f}")
     return 0
 
 
