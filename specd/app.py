@@ -34,7 +34,7 @@ from specd.models.registry import PUBLISHED, cache_root
 
 log = logging.getLogger("specd.app")
 
-COSTS_KEY_VERSION = "costs-v14"  # bump when what the cost curve measures changes (v14: AVX2 K-quant tiles of 5 rows; v13: attention's max and weighted sum faster; v12: the repacked tiles prefetch a slice per sub-block, extra verified rows cheaper; v11: Q6_K_X16 unpacked in fewer operations, kernel ABI 9; v10: keyed by engine.kv_cache; v9: the EAGLE layer drafts in one C call; v8: EAGLE heads draft on INT8 rows; v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free; v7: attention prefetched, the KV cache on huge pages)
+COSTS_KEY_VERSION = "costs-v15"  # bump when what the cost curve measures changes (v15: AVX2 K-quant tiles stream each super-block once, both halves in turn; v14: AVX2 K-quant tiles of 5 rows; v13: attention's max and weighted sum faster; v12: the repacked tiles prefetch a slice per sub-block, extra verified rows cheaper; v11: Q6_K_X16 unpacked in fewer operations, kernel ABI 9; v10: keyed by engine.kv_cache; v9: the EAGLE layer drafts in one C call; v8: EAGLE heads draft on INT8 rows; v4: repacked GGUF kernels; v5: INT4 drafts on the repacked Q4_0 kernels; v6: repacked weights prefetched into L2, extra verified rows nearly free; v7: attention prefetched, the KV cache on huge pages)
 # environment variables that change which kernels run (a curve measured under one misleads another)
 KERNEL_ENV = ("SPECD_GG_SIMD",)
 EAGLE_COST_CONTEXT = 512  # rows an EAGLE head's timed step attends over (EagleDrafter's window)

@@ -450,13 +450,15 @@ static inline __m256i scale_pairs_s8(const uint8_t *p) {
     return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_slli_epi32(v, 16));
 }
 
-/* Q4_K_X16, columns 8 hf .. 8 hf + 7 of the group at w, R rows (R <= X16_AVX2_ROWS); out[16 j + c] as x16_q4_K */
-static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
+/* Q4_K_X16, the group at w, R rows (R <= X16_AVX2_ROWS); out[16 j + c] as x16_q4_K. Each super-block
+ * as two halves of 8 columns (hf), one after the other: the group's bytes stream once, in order */
+static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, const uint8_t *w, int64_t nsb,
                                                                 const block_q8_K *const *xr,
                                                                 const int16_t *const *bs, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0xF);
-    for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
-    for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES) {
+    for (int j = 0; j < 2 * R; j++) _mm256_storeu_ps(out + 8 * j, _mm256_setzero_ps()); /* both halves of R rows */
+    for (int64_t i = 0; i < nsb; i++, w += X16_Q4_K_BYTES)
+    for (int hf = 0; hf < 2; hf++) {
         __m256i isum[X16_AVX2_ROWS];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 8; s++) {
@@ -498,11 +500,12 @@ static inline __attribute__((always_inline)) void x16_q4_K_avx2(const int R, con
 }
 
 /* Q6_K_X16 at AVX2 (as x16_q4_K_avx2) */
-static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, const uint8_t *w, int64_t nsb, int hf,
+static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, const uint8_t *w, int64_t nsb,
                                                                 const block_q8_K *const *xr, float *out) {
     const __m256i m4 = _mm256_set1_epi8(0xF), m3f = _mm256_set1_epi8(0x3F), m30 = _mm256_set1_epi8(0x30);
-    for (int j = 0; j < R; j++) _mm256_storeu_ps(out + 16 * j + 8 * hf, _mm256_setzero_ps());
-    for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES) {
+    for (int j = 0; j < 2 * R; j++) _mm256_storeu_ps(out + 8 * j, _mm256_setzero_ps()); /* both halves of R rows */
+    for (int64_t i = 0; i < nsb; i++, w += X16_Q6_K_BYTES)
+    for (int hf = 0; hf < 2; hf++) {
         __m256i isum[X16_AVX2_ROWS];
         for (int j = 0; j < R; j++) isum[j] = _mm256_setzero_si256();
         for (int s = 0; s < 16; s++) {
@@ -550,10 +553,8 @@ static inline __attribute__((always_inline)) void x16_q6_K_avx2(const int R, con
 static inline __attribute__((always_inline)) void x16_tile_avx2(int type, const int R, const uint8_t *w, int64_t nsb,
                                                                 const block_q8_K *const *xr,
                                                                 const int16_t *const *bs, float *out) {
-    for (int hf = 0; hf < 2; hf++) {
-        if (base_type(type) == GG_Q4_K) x16_q4_K_avx2(R, w, nsb, hf, xr, bs, out);
-        else x16_q6_K_avx2(R, w, nsb, hf, xr, out);
-    }
+    if (base_type(type) == GG_Q4_K) x16_q4_K_avx2(R, w, nsb, xr, bs, out);
+    else x16_q6_K_avx2(R, w, nsb, xr, out);
 }
 
 /* one tile of R rows (R <= X16_AVX2_ROWS) against one group of 16 columns, AVX2 */
