@@ -53,9 +53,12 @@ def main() -> int:
     if not kinds or any(k not in KV_CACHES for k in kinds):
         ap.error(f"--kv-cache: one or more of {', '.join(KV_CACHES)}, got {args.kv_cache!r}")
     by_name = {name: level for level, name in SIMD_LEVELS.items()}
-    levels = [by_name.get(name, -2) for name in args.simd.split(",")] if args.simd else [-1]
-    if any(level == -2 for level in levels):
+    names = args.simd.split(",") if args.simd else []
+    if any(name not in by_name for name in names):
         ap.error(f"--simd: one or more of {', '.join(SIMD_LEVELS.values())}, got {args.simd!r}")
+    levels: list[int | None] = [by_name[name] for name in names] or [None]  # None: the level the kernels run
+    if names and any(level not in simd_levels() for level in levels):
+        ap.error(f"--simd: this CPU and build run {', '.join(SIMD_LEVELS[v] for v in simd_levels())}")
     torch.set_num_threads(args.threads)
     config = EngineConfig(kv_cache=kinds[0])
     model = (load_target if args.role == "target" else load_draft)(config).model  # as the daemon loads it
@@ -65,18 +68,14 @@ def main() -> int:
     for fused, cache in variants.values():
         model.fused, model.cache = fused, cache
         model.forward(torch.arange(1000, 1000 + args.context))
-    if levels != [-1]:
-        got = simd_levels()
-        if any(level not in got for level in levels):
-            ap.error(f"--simd: this CPU and build run {', '.join(SIMD_LEVELS[v] for v in got)}")
     turns = [(kind, level) for kind in kinds for level in levels]  # what takes turns in a round
-    names = {t: f"kv {t[0]}" + (f" {SIMD_LEVELS[t[1]]}" if t[1] >= 0 else "") for t in turns}
-    runs: dict[tuple[tuple[str, int], int], list[dict[str, float]]] = {(t, n): [] for t in turns for n in sizes}
+    label = {t: f"kv {t[0]}" + (f" {SIMD_LEVELS[t[1]]}" if t[1] is not None else "") for t in turns}
+    runs: dict[tuple[tuple[str, int | None], int], list[dict[str, float]]] = {(t, n): [] for t in turns for n in sizes}
     for rnd in range(args.rounds + 2):
         for n in sizes if rnd % 2 else sizes[::-1]:
             for turn in turns if rnd % 2 else turns[::-1]:
                 model.fused, model.cache = variants[turn[0]]
-                with simd_level(turn[1]) if turn[1] >= 0 else nullcontext():
+                with simd_level(turn[1]) if turn[1] is not None else nullcontext():
                     clock = PhaseClock()
                     model.profile(clock)
                     t0 = time.perf_counter()
@@ -89,11 +88,11 @@ def main() -> int:
     for n in sizes:
         for turn in turns:
             med = {k: statistics.median(r.get(k, 0.0) for r in runs[turn, n]) for k in ("wall", *SHOWN)}
-            print(f"n={n} {names[turn]}: forward {med['wall']:.2f} ms  "
+            print(f"n={n} {label[turn]}: forward {med['wall']:.2f} ms  "
                   + "  ".join(f"{k} {med[k]:.2f}" for k in SHOWN), flush=True)
         for turn in turns[1:]:  # per round, against the first (the two ran side by side)
             ratio = [a["wall"] / b["wall"] for a, b in zip(runs[turn, n], runs[turns[0], n])]
-            print(f"n={n}: forward {names[turn]} / {names[turns[0]]}, median over rounds {statistics.median(ratio):.3f}")
+            print(f"n={n}: forward {label[turn]} / {label[turns[0]]}, median over rounds {statistics.median(ratio):.3f}")
     return 0
 
 
