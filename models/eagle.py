@@ -38,6 +38,7 @@ from specd.models.config import ModelConfig
 from specd.models.decoder import rotate
 from specd.models.fused_layers import FusedLayers
 from specd.models.int_linear import QK, Q8Linear, row_bytes
+from specd.models.subvocab import Places
 
 FORMAT = "specd-eagle-1"
 RowReader = Callable[[torch.Tensor], torch.Tensor]  # token ids [n] -> float32 rows [n, H]
@@ -146,7 +147,7 @@ class EagleHead(torch.nn.Module):
         self.register_buffer("ids", ids.long())  # [V']
         self.embed_rows = embed_rows
         self.out_rows = out_rows
-        self._places: torch.Tensor | None = None  # [max id + 1]: a token's row in ``head``, or -1
+        self._places: Places | None = None  # a token's row in ``head``
         self._extra: dict[int, torch.Tensor] = {}  # output rows read for favoured tokens, by id
         self.fused = fused
         self._infer: dict[str, torch.Tensor] | None = None
@@ -302,12 +303,8 @@ class EagleHead(torch.nn.Module):
         logit. Those outside the sub-vocabulary become candidates too, where ``out_rows`` can read
         their output rows (kept once read: a file's identifiers recur from round to round)."""
         if self._places is None:
-            self._places = torch.full((int(self.ids.max()) + 1,), -1, dtype=torch.long)
-            self._places[self.ids] = torch.arange(self.ids.numel())
-        uniq = torch.unique(tokens.long())  # [u]
-        where = torch.full_like(uniq, -1)
-        inside = uniq < self._places.numel()
-        where[inside] = self._places[uniq[inside]]
+            self._places = Places(self.ids)
+        uniq, where = self._places.rows(tokens)  # [u], [u]
         outside = uniq[where < 0] if self.out_rows is not None else uniq[:0]
         missing = [t for t in outside.tolist() if t not in self._extra]
         if missing:

@@ -38,6 +38,7 @@ from specd.models import kernels
 from specd.models.eagle import FORMAT as EAGLE_FORMAT, PARAMS, EagleHead, EagleShape
 from specd.models.errors import ModelError
 from specd.models.int_linear import QK, Q8Linear, row_bytes
+from specd.models.subvocab import Places
 
 # draft heads shipped with specd, by target name and kind: models/data/heads/<target>.safetensors
 # (the EAGLE head, the default drafter's) and <target>.medusa.safetensors, and the sha256 each file
@@ -79,10 +80,19 @@ class MedusaHeads(torch.nn.Module):
         self.register_buffer("head", head.float())  # [V', H]
         self.register_buffer("ids", ids.long())  # [V']
         self._infer: tuple[list[Q8Linear] | torch.Tensor, torch.Tensor, Q8Linear | torch.Tensor] | None = None
+        self._places: Places | None = None
 
     @property
     def k(self) -> int:
         return int(self.weight.shape[0])
+
+    def rows_of(self, tokens: torch.Tensor) -> torch.Tensor:
+        """The sub-vocabulary rows ``[m]`` of the distinct ids among ``tokens`` (those outside it
+        have none: the heads cannot draft them)."""
+        if self._places is None:
+            self._places = Places(self.ids)
+        _, where = self._places.rows(tokens)
+        return where[where >= 0]
 
     def features(self, hidden: torch.Tensor) -> torch.Tensor:
         """``hidden`` ``[n, H]`` -> ``z`` ``[n, K, H]``."""

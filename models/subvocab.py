@@ -18,6 +18,8 @@ import sysconfig
 from collections import Counter
 from pathlib import Path
 
+import torch
+
 from specd.models.tokenizer import Tokenizer
 
 FILE_NAME = "subvocab.json"
@@ -79,3 +81,20 @@ def load(directory: Path, size: int, tokenizer: Tokenizer) -> list[int]:
         print(f"specd: ranking draft tokens by frequency in local code (once) -> {path}", file=sys.stderr)
         ranked = build(directory, tokenizer)
     return sorted(ranked[:size])
+
+
+class Places:
+    """Where each token id sits among a head's sub-vocabulary rows ``ids`` ``[V']``."""
+
+    def __init__(self, ids: torch.Tensor) -> None:
+        self.of_id = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long)  # [max id + 1]: row, or -1
+        self.of_id[ids.long()] = torch.arange(ids.numel())
+
+    def rows(self, tokens: torch.Tensor) -> torch.Tensor:
+        """``tokens`` (ids, repeats allowed) -> ``(ids, rows)``: each distinct id once, and its
+        row (``-1``: outside the sub-vocabulary)."""
+        uniq = torch.unique(tokens.long())  # [u]
+        where = torch.full_like(uniq, -1)
+        inside = uniq < self.of_id.numel()
+        where[inside] = self.of_id[uniq[inside]]
+        return uniq, where

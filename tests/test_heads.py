@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from specd.engine.budget import DraftBudget
 from specd.engine.head_drafter import HeadDrafter
 from specd.engine.sampling import SamplingParams
 from specd.engine.speculative import Decoding, generate
@@ -88,12 +89,13 @@ def test_hidden_states_follow_the_cache() -> None:
 @pytest.mark.parametrize("k", [1, 3, 5])
 @pytest.mark.parametrize("vocab", [None, 40])
 @pytest.mark.parametrize("width", [1, 4])
-def test_greedy_matches_target_with_head_drafts(k: int, vocab: int | None, width: int) -> None:
+@pytest.mark.parametrize("bias", [0.0, 2.0])
+def test_greedy_matches_target_with_head_drafts(k: int, vocab: int | None, width: int, bias: float) -> None:
     target = tiny_decoder(seed=0, dtype=torch.bfloat16)
     prompt = [3, 17, 42, 8, 8, 61, 5]
     plain, _ = generate(target, prompt, Decoding(40))
     target.reset()
-    drafter = HeadDrafter(target, _heads(target, k=max(k, 3), vocab=vocab), width=width)
+    drafter = HeadDrafter(target, _heads(target, k=max(k, 3), vocab=vocab), width=width, context_bias=bias)
     spec, stats = generate(target, prompt, Decoding(40), drafter, k=k)
     assert spec == plain
     assert stats.drafted > 0  # the heads did draft
@@ -162,6 +164,38 @@ def test_a_sibling_right_where_the_first_draft_is_wrong_is_accepted() -> None:
     out, stats = generate(target, prompt, Decoding(30), HeadDrafter(target, heads, width=2), k=1)
     assert out == plain
     assert stats.branch_hits >= 12 and stats.accepted >= 12  # rounds after the first each gain the sibling
+
+
+def test_medusa_picks_lean_to_the_context() -> None:
+    """With a context bias the heads' pick (and head 1's next choices) lean to tokens the
+    sequence already holds, and the pick's confidence stays the heads' own probability."""
+    target = tiny_decoder(seed=3, dtype=torch.bfloat16)
+    v = target.vocab_size
+    seq = [5, 9, 12, 20, 7]
+    outside, inside = 40, 9  # the heads prefer a token the context lacks to one it holds
+
+    class Fixed(MedusaHeads):
+        def draft_logits(self, hidden, k=None):
+            out = torch.full((self.k, v), -5.0)
+            out[:, outside], out[:, inside] = 1.0, 0.0
+            return out[: self.k if k is None else min(k, self.k)]
+
+    heads = Fixed(2, target.lm_head.weight.float(), torch.arange(v))
+    own = torch.softmax(heads.draft_logits(torch.zeros(1))[0], -1)
+    for bias, first, second in ((0.0, outside, inside), (2.0, inside, outside)):
+        target.reset()
+        target.forward(torch.tensor(seq[:-1]))  # the state the first draft reads
+        drafter = HeadDrafter(target, heads, width=2, context_bias=bias)
+        p = drafter.propose(seq, DraftBudget(k=2), SamplingParams(), None)
+        assert p.tokens.tolist()[:1] == [first] and p.tokens.tolist()[-1] == second  # chain, then the sibling
+        assert p.tokens.tolist()[1] == first  # head 2 leans the same way
+    assert float(own[inside]) < float(own[outside])  # (the confidences below are the heads' own)
+    seen: list[list[float]] = []
+    target.reset()
+    target.forward(torch.tensor(seq[:-1]))
+    HeadDrafter(target, heads, context_bias=2.0).propose(
+        seq, DraftBudget(k=2, gate=lambda c: seen.append(list(c)) or True), SamplingParams(), None)
+    assert seen and seen[0] == pytest.approx([float(own[inside])])
 
 
 @pytest.mark.slow

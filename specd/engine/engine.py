@@ -55,7 +55,7 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
     """The drafter for ``--drafter``; None when there is nothing to draft with (target only).
     ``branch > 1``: the model drafter proposes token trees (see ``specd.engine.tree``).
     ``heads`` (with ``target``): draft heads on the target's state; ``context_bias``: an EAGLE
-    head's lean toward the context's tokens (``EagleDrafter``); ``head_width``: an EAGLE head's or
+    head's or Medusa heads' lean toward the context's tokens; ``head_width``: an EAGLE head's or
     Medusa heads' candidates at the first draft position."""
     if kind not in DRAFTERS:
         raise ValueError(f"drafter must be one of {', '.join(DRAFTERS)}, got {kind!r}")
@@ -65,7 +65,7 @@ def make_drafter(kind: str, draft: CausalLM | None, capacity: int,
             raise ValueError(f"drafter {kind!r} needs the heads and the target they read")
         on_target: Drafter = (EagleDrafter(target, heads, context_bias=context_bias, width=head_width)
                               if isinstance(heads, EagleHead)
-                              else HeadDrafter(target, heads, width=head_width))
+                              else HeadDrafter(target, heads, width=head_width, context_bias=context_bias))
         if kind == "heads":
             return on_target
         if kind == "auto":

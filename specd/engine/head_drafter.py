@@ -19,6 +19,13 @@ budget's branch gate takes. They cost no head call, only verified rows. Each is 
 tree's verification keeps the output exactly the target's. After a round whose accepted path left
 the chain, the target compacts its hidden states to that path (``CausalLM.keep``), so the next
 round reads the state of the token actually accepted.
+
+With ``context_bias``, Medusa's picks lean to the context as an EAGLE head's do
+(``eagle_drafter``): every sub-vocabulary token among the sequence's last ``CONTEXT`` gets that
+much added to its logit before the heads' top tokens (and head 1's next choices) are taken. A
+pick's confidence, which K auto's gates read, stays the heads' own probability for it. On the dev
+tasks' decoding rounds head 1's first choice was the target's token 0.231 of the time without,
+0.270 with +2 (bench/RESULTS.md, session 44).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import torch
 
 from specd.engine.budget import HEADS, DraftBudget
 from specd.engine.drafters import Chain, Proposal, with_siblings
+from specd.engine.eagle_drafter import CONTEXT
 from specd.engine.sampling import SamplingParams
 from specd.models.eagle import EagleHead
 from specd.models.heads import MedusaHeads, RecurrentHead
@@ -41,12 +49,13 @@ class HeadDrafter:
     (one call for the chain) or a recurrent head (one small step per draft, each fed the draft
     before it)."""
 
-    def __init__(self, target: CausalLM, heads: DraftHeads, width: int = 1) -> None:
+    def __init__(self, target: CausalLM, heads: DraftHeads, width: int = 1, context_bias: float = 0.0) -> None:
         if width < 1:
             raise ValueError(f"width must be >= 1, got {width}")
         self.target = target
         self.heads = heads
         self.width = width  # Medusa: candidates at the first draft position, the chain's and its siblings
+        self.context_bias = context_bias  # Medusa: added to the logits of the context's tokens
         self.rounds_without_state = 0  # rounds that found no hidden state to draft from
 
     @property
@@ -78,8 +87,14 @@ class HeadDrafter:
             tokens, _ = self.heads.draft(state, seq[-1], budget.k, budget.may_draft, budget.keeps)
             return Chain(torch.tensor(tokens, dtype=torch.long), None, HEADS)
         logits = self.heads.draft_logits(state, budget.k)  # [k, V']: one call for the whole chain
-        probs = torch.softmax(logits, -1)  # [k, V']
-        top_p, top_i = probs.max(-1)  # [k], [k]
+        probs = torch.softmax(logits, -1)  # [k, V']: the heads' own, for the picks' confidences
+        if self.context_bias > 0:
+            near = self.heads.rows_of(torch.tensor(seq[-CONTEXT:], dtype=torch.long))  # [m]
+            lean = torch.zeros(logits.shape[1])  # [V']
+            lean[near] = self.context_bias
+            logits = logits + lean  # [k, V']
+        top_i = logits.argmax(-1)  # [k]
+        top_p = probs.gather(1, top_i[:, None])[:, 0]  # [k]
         tokens: list[int] = []
         tops: list[float] = []
         for i in range(logits.shape[0]):
@@ -92,7 +107,7 @@ class HeadDrafter:
             tops.append(top)
         others: list[int] = []
         if self.width > 1:  # head 1's next choices, ranked
-            others = self.heads.ids[probs[0].topk(min(self.width, probs.shape[1])).indices[1:]].tolist()
+            others = self.heads.ids[logits[0].topk(min(self.width, logits.shape[1])).indices[1:]].tolist()
         return with_siblings(tokens, tops, others, budget, HEADS)
 
     def commit(self, valid: int) -> None:
