@@ -14,7 +14,8 @@ path takes, head ``j`` at depth ``j``), a round accepts the deepest node whose r
 the true tokens' ranks. Reports, per node budget, the best static tree (chosen greedily by
 each path's hit rate on ``--choose`` records, scored on ``--report`` records) against the chain
 that drafts the heads' top tokens only, and the expected tokens per ms under a step-cost
-curve (``--costs``: the engine's stored ``{verify_ms, heads_ms}``).
+curve (``--costs``: the engine's stored ``{verify_ms, heads_ms}``); and the bound no tree over
+the heads' top ``w`` choices can pass (every path of them verified, for free).
 
     python bench/medusa_tree.py record --tasks race-dev.jsonl --out ranks-dev.pt
     python bench/medusa_tree.py score --choose ranks-dev.pt --report ranks-dev.pt --costs COSTS.json
@@ -134,6 +135,10 @@ def score(args: argparse.Namespace) -> int:
         col = report[:, j]
         print(f"head {j + 1}: " + " ".join(f"r{r}={float((col == r).float().mean()):.3f}" for r in range(4))
               + f" outside={float((col == -1).float().mean()):.3f}")
+
+    for w in (1, 2, 4, TOP):  # every path of each head's top w: what no tree of those could beat
+        ok = ((report >= 0) & (report < w)).long()  # [N, K]
+        print(f"all paths of the heads' top {w}: {float(ok.cumprod(1).sum(1).float().mean()):.3f} accepted a round")
 
     def rate(e: float, n: int) -> str:
         if not costs:

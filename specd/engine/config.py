@@ -148,10 +148,14 @@ class EngineConfig:
     # 2.0 by measurement (bench/RESULTS.md, session 29): on the dev race tasks' first drafts in
     # decoding, +2 on the logits of the last 256 tokens' ids took the shipped head from 0.401 to
     # 0.450 (the target copies identifiers from the context more readily than the head predicts);
-    # through the daemon, with prompt lookup in front, it decodes level with 0 (same-run races)
+    # through the daemon, with prompt lookup in front, it decodes level with 0 (same-run races).
+    # Session 44, Medusa's heads: on the dev tasks' decoding rounds head 1's first choice was the
+    # target's token 0.231 of the time without, 0.262 / 0.270 / 0.285 with +1 / +2 / +3; Medusa
+    # alone through the daemon on dev, +2 against 0: 0.921x the ms a token per task (13 of 13)
     head_context_bias: float = setting(2.0, check=_not_negative,
-                                       help="EAGLE drafts: added to the head's logit of every token among the "
-                                            "sequence's last 256 (0: off); drafts only, the output is unchanged")
+                                       help="draft heads (EAGLE, Medusa): added to the heads' logit of every token "
+                                            "among the sequence's last 256 (0: off); drafts only, the output is "
+                                            "unchanged")
     # Session 30 (dev tasks, through the daemon): width 3 took 2 % fewer rounds and decoded level;
     # a verified row is nearly free here only up to ~3 rows, when the host's memory is fast.
     # Session 40, after the repacked tiles' prefetches were spread (a verified row ~1-2 ms instead
