@@ -90,7 +90,7 @@ class Places:
         self.of_id = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long)  # [max id + 1]: row, or -1
         self.of_id[ids.long()] = torch.arange(ids.numel())
 
-    def rows(self, tokens: torch.Tensor) -> torch.Tensor:
+    def rows(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``tokens`` (ids, repeats allowed) -> ``(ids, rows)``: each distinct id once, and its
         row (``-1``: outside the sub-vocabulary)."""
         uniq = torch.unique(tokens.long())  # [u]
