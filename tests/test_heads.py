@@ -199,9 +199,11 @@ def test_medusa_picks_lean_to_the_context() -> None:
 
 
 @pytest.mark.slow
-def test_head_drafts_sample_from_the_target() -> None:
+@pytest.mark.parametrize("bias", [0.0, 2.0])
+def test_head_drafts_sample_from_the_target(bias: float) -> None:
     """Sampling: the joint distribution of the first two tokens with head drafts is the target's
-    exact one (chi-square), with heads confident enough that drafts are often rejected."""
+    exact one (chi-square), with heads confident enough that drafts are often rejected; with the
+    drafts leaning to the context's tokens too."""
     target = tiny_decoder(seed=4, vocab=10, hidden=16)
     heads = _heads(target, k=2, seed=5, scale=1.0)
     prompt, v, samples = [1, 2, 3], 10, 20_000
@@ -218,7 +220,8 @@ def test_head_drafts_sample_from_the_target() -> None:
     drafted = 0
     for _ in range(samples):
         target.reset()
-        out, stats = generate(target, prompt, Decoding(3, params, generator=g), HeadDrafter(target, heads), k=2)
+        out, stats = generate(target, prompt, Decoding(3, params, generator=g),
+                              HeadDrafter(target, heads, context_bias=bias), k=2)
         counts[out[0], out[1]] += 1
         drafted += stats.drafted
     assert drafted > samples // 2
