@@ -6,8 +6,9 @@ in decoding, and every tree shape scored on those records.
 every round drafts from the target's hidden state the daemon would draft from) over FIM tasks;
 at each round the hidden state is kept with the position, and after the request the target's
 own tokens there (greedy output is the target's). Each state is then run through all heads and
-the rank of each true token under each head is stored (``-1``: outside the sub-vocabulary), with
-the head's probability of its own top choices.
+the rank of each true token under each head is stored (``-1``: not among the head's top ``TOP``,
+the sub-vocabulary's missing tokens included; ``-2``: past the output's end, scored as a miss).
+``--context-bias`` ranks under the drafter's lean to the context (``lean_to_context``).
 
 ``score``: for a tree of rank paths (Medusa's sparse trees: a node is the tuple of ranks its
 path takes, head ``j`` at depth ``j``), a round accepts the deepest node whose ranks all match
@@ -33,7 +34,6 @@ import torch
 from specd.app import build_engine
 from specd.bench.machine import machine_info
 from specd.engine import head_drafter
-from specd.engine.eagle_drafter import CONTEXT
 from specd.engine.config import EngineConfig
 from specd.engine.engine import CompletionRequest
 
@@ -56,7 +56,7 @@ def record(args: argparse.Namespace) -> int:
         return propose(self, seq, budget, params, generator)
 
     head_drafter.HeadDrafter.propose = recording
-    states, ranks, probs = [], [], []
+    ranks = []
     rows = [json.loads(x) for x in args.tasks.read_text().splitlines() if x.strip()][: args.count]
     for r in rows:
         seen.clear()
@@ -72,19 +72,16 @@ def record(args: argparse.Namespace) -> int:
             if len(after) < 1:
                 continue
             logits = heads.draft_logits(state)  # [K, V']
-            if args.context_bias:  # EAGLE's rule: favour the ids among the sequence's last CONTEXT
-                near = torch.isin(heads.ids, torch.tensor(seq[-CONTEXT:]))  # [V']
-                logits = logits + args.context_bias * near
-            p = torch.softmax(logits, -1)
-            top_p, top_i = p.topk(TOP, -1)  # [K, TOP]
+            if args.context_bias:  # the drafter's lean, at this script's strength
+                logits = head_drafter.lean_to_context(heads, logits, seq, args.context_bias)
+            top_i = logits.topk(TOP, -1).indices  # [K, TOP]
             rk = torch.full((heads.k,), -2, dtype=torch.long)  # -2: past the output's end
             for j, tok in enumerate(after):
                 hit = (heads.ids[top_i[j]] == tok).nonzero()
                 rk[j] = int(hit[0]) if hit.numel() else -1
             ranks.append(rk)
-            probs.append(top_p)
         print(r["id"], len(seen), flush=True)
-    out = {"ranks": torch.stack(ranks), "probs": torch.stack(probs), "machine": json.dumps(machine_info(), default=str),
+    out = {"ranks": torch.stack(ranks), "machine": json.dumps(machine_info(), default=str),
            "command": " ".join(sys.argv)}
     torch.save(out, args.out)
     print(f"{len(ranks)} rounds -> {args.out}")

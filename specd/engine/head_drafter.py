@@ -44,6 +44,15 @@ from specd.models.protocol import CausalLM
 DraftHeads = MedusaHeads | RecurrentHead | EagleHead  # an EagleHead drafts through specd.engine.eagle_drafter
 
 
+def lean_to_context(heads: MedusaHeads, logits: torch.Tensor, seq: list[int], bias: float) -> torch.Tensor:
+    """Medusa's ``logits`` ``[k, V']`` with ``bias`` added at every sub-vocabulary token among
+    ``seq``'s last ``CONTEXT`` (a new tensor)."""
+    near = heads.rows_of(torch.tensor(seq[-CONTEXT:], dtype=torch.long))  # [m]
+    lean = torch.zeros(logits.shape[1])  # [V']
+    lean[near] = bias
+    return logits + lean  # [k, V']
+
+
 class HeadDrafter:
     """Draft heads over ``target``'s last hidden state (see the module docstring): Medusa heads
     (one call for the chain) or a recurrent head (one small step per draft, each fed the draft
@@ -89,10 +98,7 @@ class HeadDrafter:
         logits = self.heads.draft_logits(state, budget.k)  # [k, V']: one call for the whole chain
         probs = torch.softmax(logits, -1)  # [k, V']: the heads' own, for the picks' confidences
         if self.context_bias > 0:
-            near = self.heads.rows_of(torch.tensor(seq[-CONTEXT:], dtype=torch.long))  # [m]
-            lean = torch.zeros(logits.shape[1])  # [V']
-            lean[near] = self.context_bias
-            logits = logits + lean  # [k, V']
+            logits = lean_to_context(self.heads, logits, seq, self.context_bias)
         top_i = logits.argmax(-1)  # [k]
         top_p = probs.gather(1, top_i[:, None])[:, 0]  # [k]
         tokens: list[int] = []
